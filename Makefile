@@ -1,0 +1,24 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test` (the whole suite).
+# Each builds .venv on first use. torch is pinned first so the project's range is already met by the
+# CPU wheel that lies on this machine's disk (an unpinned torch could pull a multi-GB CUDA build).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test,examples]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m hf_lightning.demo --output_dir demo_output
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) demo_output

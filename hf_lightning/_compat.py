@@ -1,0 +1,52 @@
+"""Every access to a Lightning private in one place, so a Lightning upgrade breaks one module.
+
+Each function here has a test in ``tests/unit/test_compat.py`` that exercises it against the installed
+Lightning.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+
+
+def set_fit_limits(trainer: pl.Trainer, max_steps: int, max_epochs: int) -> None:
+    """Set the fit loop's step/epoch limits once the dataset length is known (inside ``setup('fit')``).
+
+    ``build_lightning_trainer`` cannot know HF's ``max_steps`` before the datamodule exists, so the module sets
+    it when ``fit`` starts. Lightning reads both limits from the loops on every check.
+    """
+    trainer.fit_loop.epoch_loop.max_steps = max_steps
+    trainer.fit_loop.max_epochs = max_epochs
+
+
+def run_validation_in_fit(trainer: pl.Trainer) -> None:
+    """Run Lightning's validation loop now, from inside a training-batch hook.
+
+    HF evaluates right after logging at a step and before saving; Lightning's own trigger
+    (``val_check_interval``) counts batches and runs after every ``on_train_batch_end``, so we disable it
+    (``check_val_every_n_epoch`` far beyond the run) and call the loop the way ``_TrainingEpochLoop.on_advance_end``
+    does.
+    """
+    epoch_loop = trainer.fit_loop.epoch_loop
+    trainer.validating = True
+    first_loop_iter = trainer._logger_connector._first_loop_iter
+    epoch_loop.val_loop.run()
+    trainer.training = True
+    trainer._logger_connector._first_loop_iter = first_loop_iter
+
+
+def grad_scale(trainer: pl.Trainer) -> float | None:
+    """The fp16 GradScaler's current scale, or ``None`` without one.
+
+    GradScaler lowers its scale exactly when it found inf/nan gradients and skipped ``optimizer.step``; HF then
+    skips ``scheduler.step``, so the module compares the scale before and after a step.
+    """
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    return None if scaler is None else float(scaler.get_scale())
+
+
+def is_last_eval_batch(trainer: pl.Trainer) -> bool:
+    """Whether the batch being evaluated is the last of its dataloader (HF's ``end_of_dataloader``)."""
+    loop = trainer._active_loop
+    progress = getattr(loop, "batch_progress", None)
+    return bool(getattr(progress, "is_last_batch", False))

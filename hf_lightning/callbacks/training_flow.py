@@ -1,0 +1,453 @@
+"""``HFFlowCallback``: HF's training flow carried out on Lightning's loop.
+
+HF's ``Trainer`` keeps a ``TrainerState``/``TrainerControl`` pair, asks its callbacks (``DefaultFlowCallback``
+first) what to do after every optimizer step and epoch, then *logs, evaluates, saves* in that order
+(``_maybe_log_save_evaluate``). This callback owns that state and the HF ``CallbackHandler`` and does the same
+from Lightning's hooks:
+
+- ``on_train_start`` → ``on_train_begin`` (+ ``eval_on_start``); ``on_train_epoch_start`` → ``on_epoch_begin``;
+- the module's window step reports ``on_step_begin`` / ``on_substep_end`` / ``on_pre_optimizer_step`` /
+  ``on_optimizer_step`` through :meth:`on_hf_event`;
+- ``on_train_batch_end`` (once per optimizer step) → ``on_step_end`` then log → evaluate → save;
+- ``on_train_epoch_end`` → ``on_epoch_end`` then log → evaluate → save;
+- ``on_train_end`` → HF's final summary log, best-model loading, ``on_train_end``.
+
+Evaluation runs Lightning's own validation loop (Lightning's automatic trigger is disabled by
+``build_lightning_trainer`` because it counts batches and runs after the save point).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from hf_lightning import _compat
+from hf_lightning.callbacks.hf_api import CallbackHandler, DefaultFlowCallback, PrinterCallback, TrainerCallback
+from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
+from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
+from hf_lightning.outputs import TrainOutput, speed_metrics
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, "value", v)
+
+
+class HFFlowCallback(pl.Callback):
+    """Drives HF's ``TrainerState``/``TrainerControl``/callbacks from Lightning's training hooks.
+
+    Args:
+        args: a ``TrainingArguments``.
+        callbacks: HF-style ``TrainerCallback`` classes or instances, run after ``DefaultFlowCallback`` in order.
+        processing_class: saved with checkpoints and passed to callbacks.
+        data_collator: its tokenizer is saved with checkpoints when no processing class is given.
+        hooks: the object whose ``log`` and ``evaluate`` are called (the HF-style facade passes itself so a
+            subclass's overrides are used); defaults to this callback.
+    """
+
+    state_key_name = "HFFlowCallback"
+
+    def __init__(self, args: Any, callbacks: list | None = None, processing_class: Any = None,
+                 data_collator: Callable | None = None, hooks: Any = None) -> None:
+        self.args = args
+        progress = [PrinterCallback] if getattr(args, "disable_tqdm", False) else []
+        self.handler = CallbackHandler(
+            [DefaultFlowCallback, *(callbacks or []), *progress], None, processing_class, None, None
+        )
+        self.processing_class = processing_class
+        self.data_collator = data_collator
+        self.hooks = hooks if hooks is not None else self
+        self.state = TrainerState()
+        self.control = TrainerControl()
+        self.train_output: TrainOutput | None = None
+        self.resume_state: TrainerState | None = None
+        self._trainer: pl.Trainer | None = None
+        self._module = None
+        self._reset_run_counters()
+
+    def _reset_run_counters(self) -> None:
+        self.tr_loss: torch.Tensor | None = None
+        self.total_loss_scalar = 0.0
+        self.globalstep_last_logged = 0
+        self.initial_global_step = 0
+        self.initial_tokens_seen = 0
+        self.current_flos = 0.0
+        self.start_time = time.time()
+        self.micro_in_epoch = 0
+        self.last_grad_norm: Any = None
+        self.last_learning_rate: float | None = None
+
+    # ------------------------------------------------------------------ HF callback list
+    def add_callback(self, callback: Any) -> None:
+        self.handler.add_callback(callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        return self.handler.pop_callback(callback)
+
+    def remove_callback(self, callback: Any) -> None:
+        self.handler.remove_callback(callback)
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        pl_module.event_sink = self
+        self._trainer, self._module = trainer, pl_module
+        self.handler.model = pl_module.model
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        args, plan = self.args, pl_module.plan
+        self._reset_run_counters()
+        self.control = TrainerControl()
+        stateful = [cb for cb in self.handler.callbacks + [self.control] if is_exportable_state(cb)]
+        state = TrainerState(stateful_callbacks=stateful)
+        state.train_batch_size = args.train_batch_size
+        state.compute_steps(args, plan.max_steps)
+        if self.resume_state is not None:
+            # HF replaces the fresh state by the checkpoint's, then re-applies this run's limits.
+            state = self.resume_state
+            self.resume_state = None
+        state.max_steps = plan.max_steps
+        state.num_train_epochs = plan.num_train_epochs
+        state.is_local_process_zero = trainer.local_rank == 0
+        state.is_world_process_zero = trainer.global_rank == 0
+        self.state = state
+        self.tr_loss = torch.tensor(0.0, device=pl_module.device)
+        self.globalstep_last_logged = state.global_step
+        self.initial_global_step = state.global_step
+        self.initial_tokens_seen = state.num_input_tokens_seen
+        self.handler.optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        configs = trainer.lr_scheduler_configs
+        self.handler.lr_scheduler = configs[0].scheduler if configs else None
+        self.handler.train_dataloader = getattr(trainer.datamodule, "train_loader", lambda: None)()
+        self.start_time = time.time()
+        self.control = self.handler.on_train_begin(args, self.state, self.control)
+        if getattr(args, "eval_on_start", False):
+            self._evaluate(trainer, pl_module, skip_scheduler=True)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pl_module.stop_epoch_requested = False
+        self.micro_in_epoch = 0
+        self.last_grad_norm = None
+        self.last_learning_rate = None
+        self.control = self.handler.on_epoch_begin(self.args, self.state, self.control)
+
+    def on_hf_event(self, event: str, **kwargs: Any) -> None:
+        """An HF per-window event reported by the module while it runs a window."""
+        if event == "on_micro_batch_end":
+            self._track_micro_batch(kwargs["inputs"], kwargs["loss"])
+            return
+        self.control = getattr(self.handler, event)(self.args, self.state, self.control)
+
+    def _track_micro_batch(self, inputs: Any, loss: torch.Tensor) -> None:
+        self.micro_in_epoch += 1
+        if getattr(self.args, "logging_nan_inf_filter", True):
+            # HF adds the running average instead of a non-finite loss; torch.where keeps it sync-free.
+            fallback = self.tr_loss / (1 + self.state.global_step - self.globalstep_last_logged)
+            self.tr_loss = torch.where(torch.isfinite(loss), self.tr_loss + loss, self.tr_loss + fallback)
+        else:
+            self.tr_loss = self.tr_loss + loss
+        module = self._module
+        self.current_flos += module.floating_point_ops(inputs)
+        mode = getattr(self.args, "include_num_input_tokens_seen", "no")
+        if mode not in ("no", False, None):
+            self.state.num_input_tokens_seen += _count_tokens(module, inputs, mode, self.processing_class,
+                                                              self._trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        plan = pl_module.plan
+        self.state.global_step = trainer.global_step
+        self.state.epoch = trainer.current_epoch + self.micro_in_epoch / plan.steps_in_epoch
+        self.last_grad_norm = outputs["grad_norm"]
+        self.last_learning_rate = outputs["learning_rate"]
+        self.control = self.handler.on_step_end(self.args, self.state, self.control)
+        self._maybe_log_save_evaluate(trainer, pl_module)
+        if self.control.should_epoch_stop or self.control.should_training_stop:
+            pl_module.stop_epoch_requested = True
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.micro_in_epoch == 0:
+            # HF: an epoch without a single batch (an exhausted iterable dataset) stops training.
+            self.control.should_training_stop = True
+        self.control = self.handler.on_epoch_end(self.args, self.state, self.control)
+        self._maybe_log_save_evaluate(trainer, pl_module)
+        if self.control.should_training_stop:
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        args, state = self.args, self.state
+        self.total_loss_scalar += self.tr_loss.item()
+        steps = state.global_step - self.initial_global_step
+        train_loss = self.total_loss_scalar / max(steps, 0.001)
+        plan = pl_module.plan
+        metrics = speed_metrics(
+            "train",
+            self.start_time,
+            num_samples=plan.num_train_samples * steps / max(state.max_steps, 1),
+            num_steps=steps,
+        )
+        self.store_flos()
+        metrics["total_flos"] = state.total_flos
+        metrics["train_loss"] = train_loss
+        self._log(metrics)
+        if getattr(args, "load_best_model_at_end", False) and state.best_model_checkpoint is not None:
+            self._load_best_model(pl_module)
+        if self._should_save() and state.best_model_checkpoint is not None and args.save_total_limit == 1:
+            from hf_lightning.checkpointing.rotation import final_cleanup_for_limit_one
+
+            final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint)
+        self.control = self.handler.on_train_end(args, state, self.control)
+        self.train_output = TrainOutput(state.global_step, train_loss, metrics)
+
+    # ------------------------------------------------------------------ HF's log / evaluate / save
+    def _maybe_log_save_evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        state, control = self.state, self.control
+        if control.should_log and state.global_step > self.globalstep_last_logged:
+            tr_loss_scalar = self._mean_across_processes(self.tr_loss).item()
+            self.tr_loss = self.tr_loss - self.tr_loss
+            logs: dict[str, Any] = {"loss": tr_loss_scalar / (state.global_step - self.globalstep_last_logged)}
+            grad_norm = self.last_grad_norm
+            if grad_norm is not None:
+                logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
+            logs["learning_rate"] = (
+                self.last_learning_rate if self.last_learning_rate is not None else _current_lr(trainer)
+            )
+            self.total_loss_scalar += tr_loss_scalar
+            self.globalstep_last_logged = state.global_step
+            self.store_flos()
+            self._log(logs, self.start_time)
+        if self.control.should_evaluate:
+            metrics = self._evaluate(trainer, pl_module)
+            is_new_best = self._determine_best_metric(metrics)
+            if _value(self.args.save_strategy) == "best":
+                self.control.should_save = is_new_best
+        if self.control.should_save:
+            self._save_checkpoint(trainer, pl_module)
+            self.control = self.handler.on_save(self.args, self.state, self.control)
+
+    def hf_log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        """HF's ``Trainer.log``: add ``epoch`` (and token counts), append to ``log_history``, fire ``on_log``."""
+        state = self.state
+        if state.epoch is not None:
+            logs["epoch"] = state.epoch
+        if getattr(self.args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
+            logs["num_input_tokens_seen"] = state.num_input_tokens_seen
+            if start_time is not None:
+                logs.update(speed_metrics("train", start_time,
+                                          num_tokens=state.num_input_tokens_seen - self.initial_tokens_seen))
+        state.log_history.append({**logs, "step": state.global_step})
+        self.control = self.handler.on_log(self.args, state, self.control, logs)
+        self._forward_to_loggers(logs)
+
+    def _log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        # Lightning overwrites a callback's ``log`` attribute with the module's, so our HF ``log`` is named
+        # ``hf_log``; the facade's (overridable) ``log`` is reached through ``hooks``.
+        if self.hooks is self:
+            self.hf_log(logs, start_time)
+        else:
+            self.hooks.log(logs, start_time)
+
+    def _forward_to_loggers(self, logs: dict[str, Any]) -> None:
+        trainer = self._trainer
+        if trainer is None or not trainer.loggers or trainer.global_rank != 0:
+            return
+        scalars = {}
+        for key, value in logs.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            # HF's TensorBoard naming: eval_x -> eval/x, test_x -> test/x, everything else train/x.
+            for prefix in ("eval_", "test_"):
+                if key.startswith(prefix):
+                    scalars[f"{prefix[:-1]}/{key[len(prefix):]}"] = value
+                    break
+            else:
+                scalars[f"train/{key}"] = value
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=self.state.global_step)
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """HF's ``evaluate`` during training: Lightning's validation loop over the eval dataset(s)."""
+        trainer, module = self._trainer, self._module
+        if eval_dataset is not None:
+            raise ValueError("Evaluating another dataset while training is not supported; pass it to "
+                             "Trainer.evaluate() after train().")
+        from hf_lightning.module import EvalRequest
+
+        module.eval_request = EvalRequest(
+            prediction_loss_only=True if module.compute_metrics is None else None, ignore_keys=ignore_keys
+        )
+        datamodule = trainer.datamodule
+        start = time.time()
+        _compat.run_validation_in_fit(trainer)
+        elapsed = time.time() - start
+        all_metrics: dict[str, float] = {}
+        names = datamodule.eval_names
+        datasets = datamodule.eval_datasets()
+        for idx, name in enumerate(names):
+            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
+            acc = module.eval_accumulators.get(idx)
+            if acc is None:
+                continue
+            size = len(datasets[idx]) if hasattr(datasets[idx], "__len__") else None
+            _, _, metrics, num_samples = acc.finalize(prefix, num_samples=size)
+            total_batch = self.args.eval_batch_size * trainer.world_size
+            share = elapsed * (acc.steps / max(sum(a.steps for a in module.eval_accumulators.values()), 1))
+            metrics.update(speed_metrics(prefix, time.time() - share, num_samples=num_samples,
+                                         num_steps=math.ceil(num_samples / total_batch)))
+            self._log(metrics)
+            self.control = self.handler.on_evaluate(self.args, self.state, self.control, metrics)
+            all_metrics.update(metrics)
+        module.eval_accumulators = {}
+        return all_metrics
+
+    def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                  skip_scheduler: bool = False) -> dict[str, float]:
+        metrics = self.hooks.evaluate()
+        scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+        if scheduler is not None and not skip_scheduler and (
+            isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            or type(scheduler).__name__ == "GreedyLR"
+        ):
+            key = self._metric_key()
+            if key not in metrics:
+                raise KeyError(
+                    f"The `metric_for_best_model` training argument is set to '{key}', which is not found in the "
+                    f"evaluation metrics. The available evaluation metrics are: {list(metrics.keys())}. Make "
+                    f"`compute_metrics` return '{key}' or change `metric_for_best_model`."
+                )
+            scheduler.step(metrics[key])
+        return metrics
+
+    def _metric_key(self) -> str:
+        metric = self.args.metric_for_best_model
+        return metric if metric.startswith("eval_") else f"eval_{metric}"
+
+    def _determine_best_metric(self, metrics: dict[str, float]) -> bool:
+        args, state = self.args, self.state
+        if args.metric_for_best_model is None:
+            return False
+        key = self._metric_key()
+        if key not in metrics:
+            raise KeyError(
+                f"The `metric_for_best_model` training argument is set to '{key}', which is not found in the "
+                f"evaluation metrics. The available evaluation metrics are: {list(metrics.keys())}. Consider "
+                "changing the `metric_for_best_model` via the TrainingArguments."
+            )
+        value = metrics[key]
+        better = np.greater if args.greater_is_better else np.less
+        if state.best_metric is None:
+            state.best_metric = float("-inf") if args.greater_is_better else float("inf")
+        if better(value, state.best_metric):
+            state.best_metric = value
+            if _value(args.save_strategy) in ("steps", "epoch", "best"):
+                state.best_global_step = state.global_step
+            return True
+        return False
+
+    def _should_save(self) -> bool:
+        trainer = self._trainer
+        if getattr(self.args, "save_on_each_node", False):
+            return trainer.local_rank == 0
+        return trainer.global_rank == 0
+
+    def _save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from hf_lightning.checkpointing.format import write_checkpoint
+        from hf_lightning.checkpointing.rotation import rotate_checkpoints
+
+        args, state = self.args, self.state
+        self.store_flos()
+        run_dir = args.output_dir
+        if _value(args.save_strategy) in ("steps", "epoch", "best") and state.best_global_step:
+            best_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.best_global_step}")
+            # The folder being written now counts as existing (HF writes the model before this check).
+            if state.best_global_step == state.global_step or os.path.exists(best_dir):
+                state.best_model_checkpoint = best_dir
+        should_save = self._should_save()
+        if should_save:
+            for cb in [cb for cb in self.handler.callbacks + [self.control] if is_exportable_state(cb)]:
+                name = type(cb).__name__
+                if isinstance(state.stateful_callbacks.get(name), list):
+                    state.stateful_callbacks[name].append(cb.state())
+                else:
+                    state.stateful_callbacks[name] = cb.state()
+        scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+        write_checkpoint(
+            run_dir,
+            state.global_step,
+            model=pl_module.model,
+            optimizer=trainer.optimizers[0] if trainer.optimizers else None,
+            scheduler=scheduler,
+            state=state,
+            args=args,
+            processing_class=self.processing_class,
+            data_collator=self.data_collator,
+            save_only_model=getattr(args, "save_only_model", False),
+            process_index=trainer.global_rank,
+            world_size=trainer.world_size,
+            should_save=should_save,
+            scaler=getattr(trainer.precision_plugin, "scaler", None),
+        )
+        if trainer.world_size > 1:
+            trainer.strategy.barrier("hf_lightning_checkpoint")
+        if should_save:
+            rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
+                               best_model_checkpoint=state.best_model_checkpoint, use_mtime=True)
+
+    def _load_best_model(self, pl_module: pl.LightningModule) -> None:
+        from hf_lightning.checkpointing.format import load_model_weights
+
+        load_model_weights(pl_module.model, self.state.best_model_checkpoint, strict=False)
+
+    def store_flos(self) -> None:
+        trainer = self._trainer
+        flos = self.current_flos
+        if trainer is not None and trainer.world_size > 1:
+            flos = float(trainer.strategy.reduce(torch.tensor(flos, dtype=torch.float64), reduce_op="sum"))
+        self.state.total_flos += flos
+        self.current_flos = 0.0
+
+    def _mean_across_processes(self, value: torch.Tensor) -> torch.Tensor:
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return value
+        return trainer.strategy.all_gather(value).float().mean()
+
+    # ------------------------------------------------------------------ Lightning checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        return {"trainer_state": self.state.__dict__.copy()}
+
+
+def _current_lr(trainer: pl.Trainer) -> float:
+    configs = trainer.lr_scheduler_configs
+    if configs and hasattr(configs[0].scheduler, "get_last_lr"):
+        return configs[0].scheduler.get_last_lr()[0]
+    return trainer.optimizers[0].param_groups[0]["lr"]
+
+
+def _count_tokens(module: Any, inputs: Any, mode: str, processing_class: Any, trainer: Any) -> int:
+    model = getattr(module.model, "module", module.model)
+    main_input = getattr(model, "main_input_name", "input_ids")
+    if main_input not in inputs:
+        return 0
+    if mode == "non_padding":
+        if "attention_mask" in inputs:
+            tokens = inputs["attention_mask"].sum()
+        elif processing_class is not None and getattr(processing_class, "pad_token_id", None) is not None:
+            tokens = (inputs[main_input] != processing_class.pad_token_id).sum()
+        else:
+            tokens = torch.tensor(inputs[main_input].numel())
+    else:
+        tokens = torch.tensor(inputs[main_input].numel())
+    tokens = torch.as_tensor(tokens, dtype=torch.int64)
+    if trainer is not None and trainer.world_size > 1:
+        tokens = trainer.strategy.reduce(tokens.to(module.device), reduce_op="sum")
+    return int(tokens)
+
+
+__all__ = ["HFFlowCallback", "TrainerCallback"]

@@ -1,0 +1,204 @@
+"""``save_total_limit``: which ``checkpoint-N`` folders to keep, with HF 5.23's ordering and deletion rules.
+
+Ordering (``sort_checkpoints``): by folder mtime or by step; when the mtimes of the oldest and newest folder are
+less than a second apart (filesystems with coarse or fake mtimes) the step order is used instead. A given best
+checkpoint is moved to second-to-last so the newest stays last.
+
+Deletion (``rotate_checkpoints``): the newest folder and the best one are protected; the oldest unprotected
+folders are deleted until ``max(save_total_limit, number of protected)`` remain. So ``save_total_limit=1`` with a
+best checkpoint that is not the newest keeps two folders during training; :func:`final_cleanup_for_limit_one`
+applies HF's end-of-training rule that then keeps only the best.
+
+Differences from HF on purpose: only complete folders named exactly ``checkpoint-<digits>`` take part (HF globs
+``checkpoint-*``, so ``checkpoint-5-old`` or a folder a crash left half written would count, and could be the
+"newest" that gets protected); a folder is first renamed to a hidden temporary name and then deleted, so a crash
+during deletion never leaves a ``checkpoint-N`` folder with some of its files gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+from hf_lightning.checkpointing.format import TEMPORARY_CHECKPOINT_PREFIX, is_complete_checkpoint
+from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
+
+__all__ = [
+    "clean_stale_temporary_folders",
+    "final_cleanup_for_limit_one",
+    "rotate_checkpoints",
+    "sort_checkpoints",
+]
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+# HF falls back to step order when all mtimes lie within this many seconds.
+_MTIME_RESOLUTION_SECONDS = 1.0
+_warned_about_mtime = False
+
+
+def _checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, str]]:
+    """``(step, path)`` of every complete ``checkpoint-N`` folder, with paths spelled as HF's glob spells them."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for name in os.listdir(output_dir):
+        match = _CHECKPOINT_NAME.match(name)
+        # `str(Path(...) / name)` normalises the folder the way HF's `Path.glob` does, so paths compare equal.
+        path = str(Path(output_dir) / name)
+        if match and os.path.isdir(path) and is_complete_checkpoint(path):
+            found.append((int(match.group(1)), path))
+    return found
+
+
+def _warn_unreliable_mtime_once() -> None:
+    global _warned_about_mtime
+    if not _warned_about_mtime:
+        _warned_about_mtime = True
+        logger.warning("Checkpoint mtimes are less than a second apart; ordering checkpoints by step instead.")
+
+
+def sort_checkpoints(
+    output_dir: str | os.PathLike, use_mtime: bool = False, best_model_checkpoint: str | os.PathLike | None = None
+) -> list[str]:
+    """List the complete ``checkpoint-N`` folders in ``output_dir``, oldest first, as HF's ``sort_checkpoints``.
+
+    Args:
+        output_dir: The folder holding the checkpoints.
+        use_mtime: Order by modification time (ties broken by path) instead of by step. Falls back to step order
+            when the newest and oldest mtimes are less than 1 s apart.
+        best_model_checkpoint: When given, present and not already last, moved to second-to-last.
+
+    Returns:
+        Paths ``str(Path(output_dir) / "checkpoint-N")``, oldest first.
+    """
+    found = _checkpoints(output_dir)
+    if use_mtime:
+        ordered = sorted((os.path.getmtime(path), path) for _, path in found)
+        if len(ordered) > 1 and ordered[-1][0] - ordered[0][0] < _MTIME_RESOLUTION_SECONDS:
+            _warn_unreliable_mtime_once()
+            ordered = sorted(found)
+    else:
+        ordered = sorted(found)
+    paths = [path for _, path in ordered]
+    if best_model_checkpoint is not None and paths:
+        best = str(Path(best_model_checkpoint))
+        if best in paths and paths[-1] != best:
+            newest = paths[-1]
+            paths = [path for path in paths if path not in (best, newest)] + [best, newest]
+    return paths
+
+
+def _delete_checkpoint(path: str) -> None:
+    """Delete a checkpoint folder so that no crash can leave it half deleted under its own name."""
+    parent, name = os.path.split(path)
+    step = name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+    doomed = os.path.join(parent, f"{TEMPORARY_CHECKPOINT_PREFIX}{step}-{os.getpid()}.deleting")
+    try:
+        os.replace(path, doomed)
+    except OSError:
+        doomed = path
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def rotate_checkpoints(
+    output_dir: str | os.PathLike,
+    save_total_limit: int | None = None,
+    best_model_checkpoint: str | os.PathLike | None = None,
+    use_mtime: bool = True,
+) -> list[str]:
+    """Delete the oldest checkpoints beyond ``save_total_limit``, keeping the newest and the best one.
+
+    HF calls this after every save with ``use_mtime=True``. The best checkpoint counts as protected even when
+    its folder is gone, exactly as in HF (so two folders may remain with a limit of 1).
+
+    Args:
+        output_dir: The folder holding the checkpoints.
+        save_total_limit: Folders to keep; None or ``<= 0`` deletes nothing.
+        best_model_checkpoint: Path of the best checkpoint (``TrainerState.best_model_checkpoint``).
+        use_mtime: Order by modification time (see :func:`sort_checkpoints`).
+
+    Returns:
+        The deleted paths, oldest first.
+    """
+    if save_total_limit is None or save_total_limit <= 0:
+        return []
+    checkpoints = sort_checkpoints(output_dir, use_mtime=use_mtime)
+    if len(checkpoints) <= save_total_limit:
+        return []
+    protected = {checkpoints[-1]}
+    if best_model_checkpoint is not None:
+        protected.add(str(Path(best_model_checkpoint)))
+    keep = max(save_total_limit, len(protected))
+    deleted: list[str] = []
+    for path in checkpoints:
+        if len(checkpoints) - len(deleted) <= keep:
+            break
+        if path not in protected:
+            logger.info("Deleting older checkpoint %s (save_total_limit=%d).", path, save_total_limit)
+            _delete_checkpoint(path)
+            deleted.append(path)
+    return deleted
+
+
+def final_cleanup_for_limit_one(
+    output_dir: str | os.PathLike, best_model_checkpoint: str | os.PathLike | None
+) -> list[str]:
+    """At the end of training with ``save_total_limit == 1``, delete every checkpoint except the best one.
+
+    HF does this when ``args.should_save``, ``state.best_model_checkpoint`` is set and ``save_total_limit == 1``;
+    the caller checks those conditions. Unlike HF (which raises ``FileNotFoundError`` there), a best checkpoint
+    that no longer exists deletes nothing and logs a warning, since deleting every folder would lose them all.
+
+    Args:
+        output_dir: The folder holding the checkpoints.
+        best_model_checkpoint: Path of the best checkpoint; None deletes nothing.
+
+    Returns:
+        The deleted paths.
+    """
+    if best_model_checkpoint is None:
+        return []
+    if not os.path.isdir(best_model_checkpoint):
+        logger.warning(
+            "Best checkpoint %s no longer exists; keeping all checkpoints in %s instead of deleting every one "
+            "but the best.", best_model_checkpoint, output_dir
+        )
+        return []
+    deleted = []
+    for path in sort_checkpoints(output_dir, best_model_checkpoint=best_model_checkpoint):
+        if not os.path.samefile(path, best_model_checkpoint):
+            logger.info("Deleting checkpoint %s: save_total_limit=1 keeps only the best one.", path)
+            _delete_checkpoint(path)
+            deleted.append(path)
+    return deleted
+
+
+def clean_stale_temporary_folders(output_dir: str | os.PathLike, older_than: float) -> list[str]:
+    """Remove ``.tmp-checkpoint-*`` folders left by interrupted saves or deletions of an earlier run.
+
+    Folders modified at or after ``older_than`` are left alone: they may belong to a save in progress.
+
+    Args:
+        output_dir: The folder holding the checkpoints.
+        older_than: A ``time.time()`` timestamp, typically when the current run started.
+
+    Returns:
+        The removed paths.
+    """
+    if not os.path.isdir(output_dir):
+        return []
+    removed = []
+    for name in sorted(os.listdir(output_dir)):
+        path = os.path.join(output_dir, name)
+        if not name.startswith(TEMPORARY_CHECKPOINT_PREFIX) or not os.path.isdir(path):
+            continue
+        if os.path.getmtime(path) < older_than:
+            logger.info("Removing %s, left over by an interrupted checkpoint save or deletion.", path)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

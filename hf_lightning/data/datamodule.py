@@ -1,0 +1,223 @@
+"""``HFDataModule``: HF's Trainer data pipeline as a ``LightningDataModule``.
+
+It reproduces what ``Trainer.get_train_dataloader`` / ``get_eval_dataloader`` / ``get_test_dataloader`` build
+(reference §11): the default collator choice, ``remove_unused_columns``, HF's seeded shuffle (same order for the
+same seed / ``data_seed``), length grouping, and the dataloader options — and hands Lightning the train loader as
+gradient-accumulation windows (:class:`~hf_lightning.data.windows.WindowedLoader`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, SequentialSampler
+
+from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
+from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
+from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler
+from hf_lightning.data.windows import WindowedLoader
+
+
+def _enum_value(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    return hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns")
+
+
+def _has_len(dataset: Any) -> bool:
+    try:
+        len(dataset)
+    except TypeError:
+        return False
+    return True
+
+
+def _seed_worker(worker_id: int, num_workers: int = 0, rank: int = 0) -> None:
+    # HF seeds each worker from the loader's base seed so workers differ but runs repeat.
+    seed = (num_workers * rank + torch.initial_seed()) % 2**32
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class HFDataModule(pl.LightningDataModule):
+    """Datasets, collator, samplers and dataloaders as HF's Trainer builds them.
+
+    Args:
+        args: a ``TrainingArguments``.
+        train_dataset: map-style or iterable dataset of feature dicts (a ``datasets.Dataset`` works too).
+        eval_dataset: a dataset, or a dict ``name -> dataset`` (metrics become ``eval_<name>_*``).
+        test_dataset: the dataset ``predict()`` runs on.
+        data_collator: turns a list of features into a batch; defaults as HF (padding through
+            ``processing_class`` when it can pad, else ``default_data_collator``).
+        processing_class: a tokenizer / processor (used by the default collator and saved with checkpoints).
+        model: the model whose ``forward`` signature decides ``remove_unused_columns`` (bound automatically by
+            ``HFLightningModule`` when omitted).
+    """
+
+    def __init__(
+        self,
+        args: Any,
+        train_dataset: Dataset | IterableDataset | None = None,
+        eval_dataset: Dataset | Mapping[str, Dataset] | None = None,
+        test_dataset: Dataset | None = None,
+        data_collator: Callable | None = None,
+        processing_class: Any = None,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.args = args
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.test_dataset = test_dataset
+        self.processing_class = processing_class
+        if data_collator is None:
+            can_pad = processing_class is not None and hasattr(processing_class, "pad")
+            data_collator = DataCollatorWithPadding(processing_class) if can_pad else default_data_collator
+        self.data_collator = data_collator
+        self.model = model
+        self.label_names: list[str] | None = list(args.label_names) if getattr(args, "label_names", None) else None
+        self._train_loader: DataLoader | None = None
+        self._signature: list[str] | None = None
+        self.rank = 0
+
+    # ------------------------------------------------------------------ model binding / columns
+    def bind_model(self, model: torch.nn.Module, label_names: list[str] | None = None) -> None:
+        """Give the datamodule the model whose forward signature filters the columns (if none was given)."""
+        if self.model is None:
+            self.model = model
+        if self.label_names is None and label_names is not None:
+            self.label_names = list(label_names)
+        self._signature = None
+
+    def _signature_columns(self) -> list[str] | None:
+        if self.model is None:
+            return None
+        if self._signature is None:
+            self._signature = signature_columns(getattr(self.model, "module", self.model), self.label_names)
+        return self._signature
+
+    def _prepare(self, dataset: Any, description: str) -> tuple[Any, Callable]:
+        """Apply ``remove_unused_columns`` to a dataset; returns it with the collator to use."""
+        collator = self.data_collator
+        columns = self._signature_columns()
+        if not getattr(self.args, "remove_unused_columns", True) or columns is None:
+            return dataset, collator
+        if _is_hf_dataset(dataset):
+            return remove_unused_columns(dataset, columns, description=description), collator
+        return dataset, RemoveColumnsCollator(collator, columns, description=description)
+
+    # ------------------------------------------------------------------ train
+    def _loader_kwargs(self) -> dict[str, Any]:
+        args = self.args
+        workers = int(getattr(args, "dataloader_num_workers", 0) or 0)
+        pin = bool(getattr(args, "dataloader_pin_memory", True)) and torch.cuda.is_available() and not getattr(
+            args, "use_cpu", False
+        )
+        kwargs: dict[str, Any] = {"num_workers": workers, "pin_memory": pin}
+        if workers > 0:
+            kwargs["persistent_workers"] = bool(getattr(args, "dataloader_persistent_workers", False))
+            prefetch = getattr(args, "dataloader_prefetch_factor", None)
+            if prefetch is not None:
+                kwargs["prefetch_factor"] = prefetch
+        return kwargs
+
+    def _train_sampler(self, dataset: Any):
+        if isinstance(dataset, IterableDataset) or not _has_len(dataset):
+            return None
+        args = self.args
+        strategy = _enum_value(getattr(args, "train_sampling_strategy", "random"))
+        if strategy == "sequential":
+            return SequentialSampler(dataset)
+        if strategy == "group_by_length":
+            lengths = None
+            column = getattr(args, "length_column_name", "length")
+            if _is_hf_dataset(dataset) and column in dataset.column_names:
+                lengths = dataset[column]
+            model_input_name = getattr(self.processing_class, "model_input_names", ["input_ids"])[0] \
+                if self.processing_class is not None else None
+            return LengthGroupedSampler(
+                args.train_batch_size * args.gradient_accumulation_steps,
+                dataset=dataset,
+                lengths=lengths,
+                model_input_name=model_input_name,
+            )
+        seed = args.data_seed if getattr(args, "data_seed", None) is not None else args.seed
+        return SeedableRandomSampler(dataset, seed)
+
+    def train_loader(self) -> DataLoader:
+        """The per-micro-batch train ``DataLoader`` (built once)."""
+        if self.train_dataset is None:
+            raise ValueError("Training requires a train_dataset: pass `train_dataset=` to HFDataModule / Trainer.")
+        if self._train_loader is None:
+            dataset, collator = self._prepare(self.train_dataset, "training")
+            if _has_len(dataset) and len(dataset) == 0:
+                raise ValueError(
+                    "The train_dataset is empty (0 rows): nothing to train on. Check the dataset you passed as "
+                    "`train_dataset`."
+                )
+            kwargs = self._loader_kwargs()
+            sampler = self._train_sampler(dataset)
+            if sampler is not None:
+                kwargs["sampler"] = sampler
+                kwargs["drop_last"] = bool(getattr(self.args, "dataloader_drop_last", False))
+                if kwargs["num_workers"] > 0:
+                    kwargs["worker_init_fn"] = lambda wid: _seed_worker(wid, kwargs["num_workers"], self.rank)
+            self._train_loader = DataLoader(
+                dataset, batch_size=self.args.train_batch_size, collate_fn=collator, **kwargs
+            )
+        return self._train_loader
+
+    def train_micro_batches(self) -> int | None:
+        """``len(train_dataloader)`` in micro-batches, or ``None`` for an unsized dataset."""
+        loader = self.train_loader()
+        try:
+            return len(loader)
+        except TypeError:
+            return None
+
+    def num_train_examples(self) -> int | None:
+        return len(self.train_dataset) if self.train_dataset is not None and _has_len(self.train_dataset) else None
+
+    def train_dataloader(self) -> WindowedLoader:
+        return WindowedLoader(self.train_loader(), int(self.args.gradient_accumulation_steps))
+
+    # ------------------------------------------------------------------ eval / test
+    @property
+    def eval_names(self) -> list[str | None]:
+        """Names of the eval datasets in dataloader order (``[None]`` for a single dataset)."""
+        if isinstance(self.eval_dataset, Mapping):
+            return list(self.eval_dataset.keys())
+        return [None] if self.eval_dataset is not None else []
+
+    def eval_datasets(self) -> list[Any]:
+        if isinstance(self.eval_dataset, Mapping):
+            return list(self.eval_dataset.values())
+        return [self.eval_dataset] if self.eval_dataset is not None else []
+
+    def eval_loader(self, dataset: Any, description: str = "evaluation") -> DataLoader:
+        """A sequential dataloader over ``dataset`` with the eval batch size."""
+        dataset, collator = self._prepare(dataset, description)
+        kwargs = self._loader_kwargs()
+        if not isinstance(dataset, IterableDataset) and _has_len(dataset):
+            kwargs["sampler"] = SequentialSampler(dataset)
+            kwargs["drop_last"] = bool(getattr(self.args, "dataloader_drop_last", False))
+        return DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **kwargs)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        datasets = self.eval_datasets()
+        if not datasets:
+            return []
+        return [self.eval_loader(d) for d in datasets]
+
+    def test_dataloader(self) -> DataLoader:
+        if self.test_dataset is None:
+            raise ValueError("Prediction requires a test_dataset.")
+        return self.eval_loader(self.test_dataset, "prediction")

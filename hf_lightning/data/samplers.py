@@ -1,0 +1,192 @@
+"""Training and evaluation samplers that draw the same indices as HF's Trainer (transformers 5.23 + accelerate).
+
+- :class:`SeedableRandomSampler`: accelerate's replacement for ``RandomSampler`` -- epoch ``e`` is
+  ``torch.randperm(n)`` from a generator seeded with ``seed + e``, independent of the global RNG.
+- :class:`LengthGroupedSampler` / :func:`get_length_grouped_indices`: ``train_sampling_strategy=
+  "group_by_length"`` (4.x ``group_by_length=True``), shuffling with the global torch RNG unless given a
+  generator; :func:`eval_length_grouped_sampler` is the seeded variant HF builds for evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+__all__ = [
+    "LengthGroupedSampler",
+    "SeedableRandomSampler",
+    "eval_length_grouped_sampler",
+    "get_length_grouped_indices",
+]
+
+
+class SeedableRandomSampler(Sampler[int]):
+    """A shuffling sampler whose order depends only on ``seed`` and the epoch (accelerate's sampler).
+
+    Each pass yields ``torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))``. The epoch
+    is read when iteration starts, so ``set_epoch`` may be called any time before. A pass that runs to the end
+    moves to the next epoch by itself (as accelerate's does), so iterating twice without ``set_epoch`` gives
+    epochs 0 and 1; Lightning and HF's Trainer call ``set_epoch`` before every epoch anyway.
+
+    Args:
+        data_source_or_len: The dataset (anything with ``len``) or its length.
+        seed: Base seed. ``None`` takes ``torch.initial_seed()`` now, as accelerate does with no ``data_seed``
+            (which is ``args.seed`` after HF's ``set_seed``).
+
+    Example:
+        >>> sampler = SeedableRandomSampler(4, seed=42)
+        >>> sampler.set_epoch(1)
+        >>> list(sampler) == torch.randperm(4, generator=torch.Generator().manual_seed(43)).tolist()
+        True
+    """
+
+    def __init__(self, data_source_or_len: Sized | int, seed: int | None = None) -> None:
+        if isinstance(data_source_or_len, bool) or not isinstance(data_source_or_len, (int, Sized)):
+            raise TypeError(
+                f"SeedableRandomSampler needs a dataset with __len__ or an int length, got "
+                f"{type(data_source_or_len).__name__}."
+            )
+        self.num_samples = data_source_or_len if isinstance(data_source_or_len, int) else len(data_source_or_len)
+        if self.num_samples < 0:
+            raise ValueError(f"SeedableRandomSampler length must be >= 0, got {self.num_samples}.")
+        self.seed = torch.initial_seed() if seed is None else int(seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order the next pass yields."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        # A generator function: nothing runs (and the epoch is not read) until the DataLoader starts the pass.
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(self.num_samples, generator=generator).tolist()
+        self.epoch += 1
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def get_length_grouped_indices(
+    lengths: Sequence[int],
+    batch_size: int,
+    mega_batch_mult: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
+    """Shuffle indices so that each run of ``batch_size`` holds items of similar length (HF's grouping).
+
+    The indices are shuffled with ``torch.randperm`` (global RNG when ``generator`` is None), cut into
+    mega-batches of ``mega_batch_mult * batch_size`` (default ``min(len // (4 * batch_size), 50)``, at least 1),
+    each sorted by decreasing length; finally the longest item overall is swapped to the very front so an
+    out-of-memory error shows up on the first batch.
+
+    Args:
+        lengths: Length of each item.
+        batch_size: Items per batch.
+        mega_batch_mult: Batches per mega-batch.
+        generator: Generator for the shuffle.
+
+    Returns:
+        A permutation of ``range(len(lengths))``.
+    """
+    if mega_batch_mult is None:
+        mega_batch_mult = max(min(len(lengths) // (batch_size * 4), 50), 1)
+    order = torch.randperm(len(lengths), generator=generator)
+    size = mega_batch_mult * batch_size
+    chunks = [order[start : start + size].tolist() for start in range(0, len(lengths), size)]
+    # `sorted` is stable, so equal lengths keep their shuffled order, exactly as in HF.
+    chunks = [sorted(chunk, key=lambda i: lengths[i], reverse=True) for chunk in chunks]
+    heads = torch.tensor([lengths[chunk[0]] for chunk in chunks])
+    longest = int(torch.argmax(heads).item())
+    chunks[0][0], chunks[longest][0] = chunks[longest][0], chunks[0][0]
+    return [index for chunk in chunks for index in chunk]
+
+
+def _lengths_from_dataset(dataset: Any, model_input_name: str | None) -> list[int]:
+    name = model_input_name if model_input_name is not None else "input_ids"
+    first = dataset[0] if len(dataset) > 0 else None
+    if not isinstance(first, Mapping) or name not in first:
+        raise ValueError(
+            f"Cannot infer lengths: the dataset's items must be dicts holding {name!r}. Pass `lengths=` "
+            "(or a `length` column via length_column_name), or set model_input_name to the key holding the inputs."
+        )
+    return [len(item[name]) for item in dataset]
+
+
+class LengthGroupedSampler(Sampler[int]):
+    """Shuffle while keeping items of similar length together (HF's ``LengthGroupedSampler``).
+
+    Every pass calls :func:`get_length_grouped_indices` again, drawing from ``generator`` (or the global torch
+    RNG when it is None, exactly as HF's training sampler does).
+
+    Args:
+        batch_size: Items per batch; HF passes ``train_batch_size * gradient_accumulation_steps``.
+        dataset: Dataset of dicts to read lengths from (``len(item[model_input_name])``), when no ``lengths``.
+        lengths: Length of each item (a list or a 1-D tensor).
+        model_input_name: Key holding the inputs, default ``"input_ids"``.
+        generator: Generator for the shuffle.
+
+    Raises:
+        ValueError: Neither ``dataset`` nor ``lengths``, a non-positive ``batch_size``, or items without the
+            input key.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        dataset: Any | None = None,
+        lengths: Sequence[int] | torch.Tensor | None = None,
+        model_input_name: str | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if dataset is None and lengths is None:
+            raise ValueError("LengthGroupedSampler needs `dataset` or `lengths`; pass one of them.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"LengthGroupedSampler batch_size must be a positive int, got {batch_size!r}.")
+        self.batch_size = batch_size
+        if lengths is None:
+            lengths = _lengths_from_dataset(dataset, model_input_name)
+        elif isinstance(lengths, torch.Tensor):
+            lengths = lengths.tolist()
+        self.lengths = list(lengths)
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator))
+
+
+def eval_length_grouped_sampler(
+    batch_size: int,
+    seed: int,
+    dataset: Any | None = None,
+    lengths: Sequence[int] | torch.Tensor | None = None,
+    model_input_name: str | None = None,
+) -> LengthGroupedSampler:
+    """The length-grouped sampler HF builds for evaluation when training groups by length.
+
+    HF makes a new one, with a fresh generator seeded ``args.data_seed`` (or ``args.seed``), every time it
+    builds an eval dataloader; so each evaluation sees the same order. Reusing one sampler for several passes
+    continues its generator instead.
+
+    Args:
+        batch_size: ``args.eval_batch_size``.
+        seed: ``args.data_seed`` if set, else ``args.seed``.
+        dataset: See :class:`LengthGroupedSampler`.
+        lengths: See :class:`LengthGroupedSampler`.
+        model_input_name: See :class:`LengthGroupedSampler`.
+
+    Returns:
+        A :class:`LengthGroupedSampler` with its own seeded generator.
+    """
+    return LengthGroupedSampler(
+        batch_size,
+        dataset=dataset,
+        lengths=lengths,
+        model_input_name=model_input_name,
+        generator=torch.Generator().manual_seed(seed),
+    )

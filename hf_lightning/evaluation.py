@@ -1,0 +1,219 @@
+"""Evaluation bookkeeping: what HF's ``evaluation_loop`` gathers per batch and how it turns into metrics.
+
+Pure torch/numpy; the Lightning module feeds it one ``prediction_step`` result per batch and reads the
+metrics back. Rules follow HF 5.x (reference §8.2): the batch loss is repeated once per sample so ``eval_loss``
+is the sample-weighted mean, tensors of different sequence lengths are concatenated with ``-100`` padding on
+dim 1, ``compute_metrics`` receives numpy arrays in an ``EvalPrediction``, and every metric key is prefixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_lightning.outputs import EvalPrediction, denumpify_detensorize
+
+PAD_INDEX = -100
+
+
+def _pad_and_cat(a: torch.Tensor, b: torch.Tensor, padding_index: int = PAD_INDEX) -> torch.Tensor:
+    """Concatenate on dim 0, padding dim 1 with ``padding_index`` when the lengths differ."""
+    if a.dim() < 2 or a.shape[1] == b.shape[1]:
+        return torch.cat((a, b), dim=0)
+    new_shape = (a.shape[0] + b.shape[0], max(a.shape[1], b.shape[1])) + tuple(a.shape[2:])
+    out = a.new_full(new_shape, padding_index)
+    out[: a.shape[0], : a.shape[1]] = a
+    out[a.shape[0]:, : b.shape[1]] = b
+    return out
+
+
+def nested_concat(a: Any, b: Any, padding_index: int = PAD_INDEX) -> Any:
+    """Concatenate two (possibly nested tuple/list/dict) tensors along dim 0 with HF's padding rule."""
+    if isinstance(a, (list, tuple)):
+        return type(a)(nested_concat(x, y, padding_index) for x, y in zip(a, b))
+    if isinstance(a, Mapping):
+        return type(a)({k: nested_concat(v, b[k], padding_index) for k, v in a.items()})
+    return _pad_and_cat(a, b, padding_index)
+
+
+def nested_numpify(t: Any) -> Any:
+    """Tensors (nested) → numpy arrays on CPU; bf16 goes through float32 as numpy has no bf16."""
+    if isinstance(t, (list, tuple)):
+        return type(t)(nested_numpify(x) for x in t)
+    if isinstance(t, Mapping):
+        return type(t)({k: nested_numpify(v) for k, v in t.items()})
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.to(torch.float32)
+    return t.numpy()
+
+
+def nested_detach(t: Any) -> Any:
+    if isinstance(t, (list, tuple)):
+        return type(t)(nested_detach(x) for x in t)
+    if isinstance(t, Mapping):
+        return type(t)({k: nested_detach(v) for k, v in t.items()})
+    return t.detach() if isinstance(t, torch.Tensor) else t
+
+
+class _Container:
+    """Accumulates nested tensors across batches; moves them to numpy every ``eval_accumulation_steps``."""
+
+    def __init__(self, do_concat: bool = True) -> None:
+        self.do_concat = do_concat
+        self.tensors: Any = None
+        self.arrays: Any = None
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            return
+        if not self.do_concat:
+            self.tensors = [value] if self.tensors is None else self.tensors + [value]
+        else:
+            self.tensors = value if self.tensors is None else nested_concat(self.tensors, value)
+
+    def to_numpy(self) -> None:
+        if self.tensors is None:
+            return
+        new = nested_numpify(self.tensors)
+        if self.arrays is None:
+            self.arrays = new
+        elif self.do_concat:
+            self.arrays = _np_nested_concat(self.arrays, new)
+        else:
+            self.arrays.extend(new)
+        self.tensors = None
+
+    def get(self) -> Any:
+        self.to_numpy()
+        return self.arrays
+
+
+def _np_nested_concat(a: Any, b: Any) -> Any:
+    if isinstance(a, (list, tuple)):
+        return type(a)(_np_nested_concat(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping):
+        return type(a)({k: _np_nested_concat(v, b[k]) for k, v in a.items()})
+    if a.ndim < 2 or a.shape[1] == b.shape[1]:
+        return np.concatenate((a, b), axis=0)
+    shape = (a.shape[0] + b.shape[0], max(a.shape[1], b.shape[1])) + a.shape[2:]
+    out = np.full(shape, PAD_INDEX, dtype=a.dtype)
+    out[: a.shape[0], : a.shape[1]] = a
+    out[a.shape[0]:, : b.shape[1]] = b
+    return out
+
+
+class EvalAccumulator:
+    """Everything one evaluation pass over one dataset gathers.
+
+    Args:
+        args: ``TrainingArguments``-like (``eval_do_concat_batches``, ``eval_accumulation_steps``,
+            ``include_for_metrics``, ``batch_eval_metrics``, ``logging_nan_inf_filter``).
+        compute_metrics: the user's ``compute_metrics`` or ``None``.
+        preprocess_logits_for_metrics: applied to logits per batch before they are kept.
+        keep_predictions: keep logits/labels even with ``batch_eval_metrics`` (``predict()`` does).
+    """
+
+    def __init__(self, args, compute_metrics: Callable | None = None,
+                 preprocess_logits_for_metrics: Callable | None = None, keep_predictions: bool = False) -> None:
+        concat = getattr(args, "eval_do_concat_batches", True)
+        self.args = args
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.keep_predictions = keep_predictions or not getattr(args, "batch_eval_metrics", False)
+        self.losses = _Container(concat)
+        self.preds = _Container(concat)
+        self.labels = _Container(concat)
+        self.inputs = _Container(concat)
+        self.batch_metrics: dict | None = None
+        self.observed = 0
+        self.steps = 0
+
+    def add(self, loss: torch.Tensor | None, logits: Any, labels: Any, batch_size: int,
+            inputs_for_metrics: Any = None, raw_inputs: Any = None, is_last: bool = False) -> None:
+        """Record one ``prediction_step`` result (``batch_size`` = samples in this batch)."""
+        self.observed += batch_size
+        self.steps += 1
+        if loss is not None:
+            # HF repeats the batch loss once per sample, which makes eval_loss the sample-weighted mean.
+            losses = loss.detach().reshape(1).repeat(batch_size)
+            self.losses.add(losses)
+        if logits is not None and self.preprocess_logits_for_metrics is not None:
+            logits = self.preprocess_logits_for_metrics(logits, labels)
+        if self.keep_predictions:
+            self.inputs.add(inputs_for_metrics)
+            self.preds.add(logits)
+            self.labels.add(labels)
+        include = getattr(self.args, "include_for_metrics", []) or []
+        if getattr(self.args, "batch_eval_metrics", False) and self.compute_metrics is not None \
+                and logits is not None and labels is not None:
+            self.batch_metrics = self.compute_metrics(
+                EvalPrediction(
+                    predictions=logits,
+                    label_ids=labels,
+                    losses=loss if "loss" in include else None,
+                    inputs=raw_inputs if "inputs" in include else None,
+                ),
+                compute_result=is_last,
+            )
+        steps = getattr(self.args, "eval_accumulation_steps", None)
+        if steps is not None and self.steps % steps == 0:
+            for c in (self.losses, self.preds, self.labels, self.inputs):
+                c.to_numpy()
+
+    def finalize(self, metric_key_prefix: str = "eval", num_samples: int | None = None,
+                 compute: bool = True) -> tuple[Any, Any, dict[str, Any], int]:
+        """Return ``(predictions, label_ids, metrics, num_samples)`` as HF's ``EvalLoopOutput`` holds them."""
+        all_losses = self.losses.get()
+        all_preds = self.preds.get()
+        all_labels = self.labels.get()
+        all_inputs = self.inputs.get()
+        if not num_samples:
+            num_samples = self.observed
+        include = getattr(self.args, "include_for_metrics", []) or []
+        metrics: Any = None
+        if compute and self.compute_metrics is not None and all_preds is not None and all_labels is not None \
+                and not getattr(self.args, "batch_eval_metrics", False):
+            metrics = self.compute_metrics(
+                EvalPrediction(
+                    predictions=all_preds,
+                    label_ids=all_labels,
+                    losses=all_losses if "loss" in include else None,
+                    inputs=all_inputs if "inputs" in include else None,
+                )
+            )
+        elif self.batch_metrics is not None:
+            metrics = self.batch_metrics
+        metrics = denumpify_detensorize(dict(metrics or {}))
+        losses = np.concatenate(all_losses) if isinstance(all_losses, list) and all_losses else all_losses
+        if isinstance(losses, np.ndarray):
+            finite = np.isfinite(losses)
+            if getattr(self.args, "logging_nan_inf_filter", True) and finite.any():
+                losses = losses[finite]
+            metrics[f"{metric_key_prefix}_loss"] = losses.mean().item()
+        for key in list(metrics.keys()):
+            if not key.startswith(f"{metric_key_prefix}_"):
+                metrics[f"{metric_key_prefix}_{key}"] = metrics.pop(key)
+        return all_preds, all_labels, metrics, num_samples
+
+
+def find_batch_size(inputs: Any) -> int | None:
+    """The first dimension of the first tensor found in ``inputs`` (HF's rule)."""
+    if isinstance(inputs, (list, tuple)):
+        for t in inputs:
+            found = find_batch_size(t)
+            if found is not None:
+                return found
+    elif isinstance(inputs, Mapping):
+        for value in inputs.values():
+            found = find_batch_size(value)
+            if found is not None:
+                return found
+    elif isinstance(inputs, torch.Tensor):
+        return inputs.shape[0] if inputs.dim() >= 1 else None
+    elif isinstance(inputs, np.ndarray):
+        return inputs.shape[0] if inputs.ndim >= 1 else None
+    return None

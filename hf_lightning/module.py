@@ -1,0 +1,451 @@
+"""``HFLightningModule``: an HF-style model trained with HF's exact numbers inside Lightning's loop.
+
+One Lightning batch is one HF optimizer step: the train loader yields gradient-accumulation *windows*
+(:mod:`hf_lightning.data.windows`) and this module runs manual optimization over each window, because HF 5.x
+normalises the loss by ``num_items_in_batch`` summed over the whole window before the first forward — something
+automatic optimization cannot look ahead for (``reference/lightning-mapping.md`` §3).
+
+The module owns loss, backward, clipping, the optimizer/scheduler step and the evaluation step. *When* to log,
+evaluate or save is decided elsewhere (:mod:`hf_lightning.flow`) and carried out by
+:class:`hf_lightning.callbacks.flow.HFFlowCallback`, which this module tells about HF's per-micro-batch events
+through :attr:`event_sink`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from hf_lightning import _compat
+from hf_lightning.args.plan import TrainingPlan, resolve_plan
+from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
+from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
+from hf_lightning.evaluation import EvalAccumulator, find_batch_size, nested_detach
+from hf_lightning.optim import create_optimizer, create_scheduler
+
+# HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
+# ``labels[..., 1:]``. A model from config whose ``loss_type`` is None (GPT-2) is counted unshifted — an HF quirk
+# reproduced on purpose.
+_SHIFTING_LOSS_TYPES = frozenset({"ForCausalLM", "ForConditionalGeneration", "CsmForConditionalGeneration"})
+
+
+class EventSink(Protocol):
+    """Receives HF's per-window callback events from the module (the flow callback implements it)."""
+
+    def on_hf_event(self, event: str, **kwargs: Any) -> None: ...
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)
+
+
+class HFLightningModule(pl.LightningModule):
+    """A ``LightningModule`` that trains a PreTrainedModel-like ``nn.Module`` exactly as HF's Trainer does.
+
+    Args:
+        model: any module whose ``forward`` takes keyword tensors and returns a dict / ``ModelOutput`` /
+            tuple with the loss first when labels are given.
+        args: a ``TrainingArguments``.
+        compute_loss_func: ``fn(outputs, labels, num_items_in_batch=...)`` replacing the model's loss.
+        compute_metrics: ``fn(EvalPrediction) -> dict`` run after each evaluation.
+        preprocess_logits_for_metrics: ``fn(logits, labels) -> logits`` applied per evaluation batch.
+        optimizers: ``(optimizer, scheduler)``; either may be ``None`` to build it from ``args``.
+        optimizer_cls_and_kwargs: ``(cls, kwargs)`` replacing ``args.optim``.
+        hooks: the object whose ``compute_loss`` / ``training_step`` / ``prediction_step`` /
+            ``create_optimizer`` / ``create_scheduler`` are called (the HF-style ``Trainer`` facade passes itself so
+            a subclass's overrides are used). Defaults to this module.
+
+    Example:
+        >>> trainer = build_lightning_trainer(args)                              # doctest: +SKIP
+        >>> trainer.fit(HFLightningModule(model, args), datamodule=HFDataModule(args, train_dataset=ds))
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        args: Any,
+        *,
+        compute_loss_func: Callable | None = None,
+        compute_metrics: Callable | None = None,
+        preprocess_logits_for_metrics: Callable | None = None,
+        optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
+        optimizer_cls_and_kwargs: tuple[type, dict] | None = None,
+        hooks: Any = None,
+    ) -> None:
+        super().__init__()
+        if model is None:
+            raise ValueError("HFLightningModule needs a `model` (an nn.Module).")
+        self.model = model
+        self.args = args
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.given_optimizer, self.given_scheduler = optimizers if optimizers is not None else (None, None)
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        self.hooks = hooks if hooks is not None else self
+        self.automatic_optimization = False
+
+        unwrapped = _unwrap(model)
+        self.model_accepts_loss_kwargs = model_accepts_loss_kwargs(unwrapped)
+        config = getattr(unwrapped, "config", None)
+        self.loss_shifts_labels = getattr(unwrapped, "loss_type", None) in _SHIFTING_LOSS_TYPES and not getattr(
+            config, "is_encoder_decoder", False
+        )
+        self.label_smoother = None
+        if getattr(args, "label_smoothing_factor", 0) != 0:
+            if getattr(config, "problem_type", None) == "multi_label_classification":
+                import warnings
+
+                warnings.warn(
+                    "Label smoothing is not compatible with multi-label classification. "
+                    "Disabling label smoothing for this training run.",
+                    stacklevel=2,
+                )
+            else:
+                self.label_smoother = LabelSmoother(epsilon=args.label_smoothing_factor)
+        self.label_names = list(args.label_names) if getattr(args, "label_names", None) else find_labels(unwrapped)
+        self.can_return_loss = can_return_loss(unwrapped)
+        # HF's Trainer sets the model's cache flag from args (default False); leaving it on changes bits.
+        if config is not None and hasattr(config, "use_cache"):
+            config.use_cache = getattr(args, "use_cache", False)
+        # None: HF decides from model_accepts_loss_kwargs / compute_loss_func; a subclass may force it.
+        self.loss_is_scaled_for_ga: bool | None = None
+
+        self.plan: TrainingPlan | None = None
+        self.event_sink: EventSink | None = None
+        self.grad_norm: torch.Tensor | None = None
+        self.current_window_len = 1
+        self.eval_request = EvalRequest()
+        self.eval_accumulators: dict[int, EvalAccumulator] = {}
+        self.stop_epoch_requested = False
+        self._flos_per_token: float | None = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "train_micro_batches"):
+            raise ValueError(
+                "HFLightningModule is trained through an HFDataModule: call "
+                "`trainer.fit(module, datamodule=HFDataModule(args, train_dataset=...))`."
+            )
+        if hasattr(datamodule, "bind_model"):
+            datamodule.bind_model(self.model, self.label_names)
+        self.plan = resolve_plan(
+            self.args,
+            datamodule.train_micro_batches(),
+            num_examples=datamodule.num_train_examples(),
+            world_size=self.trainer.world_size,
+        )
+        _compat.set_fit_limits(self.trainer, max_steps=self.plan.max_steps, max_epochs=self.plan.num_train_epochs)
+
+    def configure_optimizers(self):
+        if self.plan is None:
+            raise RuntimeError("configure_optimizers ran before setup('fit') resolved the training plan.")
+        optimizer = self.hooks.create_optimizer()
+        scheduler = self.hooks.create_scheduler(num_training_steps=self.plan.max_steps, optimizer=optimizer)
+        # Lightning never steps schedulers under manual optimization; returning it keeps `lr_schedulers()`
+        # and Lightning's checkpoint state working.
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # HF-named construction hooks (the facade's overrides of these are reached through ``self.hooks``).
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        """Build the optimizer from ``args`` (or return the one given in ``optimizers``)."""
+        if self.given_optimizer is not None:
+            return self.given_optimizer
+        return create_optimizer(self.model, self.args, optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """Build the LR scheduler from ``args`` (or return the one given in ``optimizers``)."""
+        if self.given_scheduler is not None:
+            return self.given_scheduler
+        return create_scheduler(self.args, optimizer, num_training_steps)
+
+    # ------------------------------------------------------------------ loss
+    def num_items_in_batch(self, batches: list[Mapping]) -> torch.Tensor | None:
+        """HF's token count over a window, or ``None`` when the loss does not use it."""
+        if not batches or not isinstance(batches[0], Mapping) or "labels" not in batches[0]:
+            return None
+        if not (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            return None
+        try:
+            counts = [
+                b["shift_labels"] if "shift_labels" in b else b["labels"][..., 1:] if self.loss_shifts_labels
+                else b["labels"]
+                for b in batches
+            ]
+            total = sum(c.ne(-100).sum() for c in counts)
+        except (TypeError, AttributeError):
+            return None
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if getattr(self.args, "average_tokens_across_devices", True) and world > 1:
+            total = self.all_gather(total).sum()
+        # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
+        return total / 1
+
+    def compute_loss(self, model: nn.Module, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | None = None):
+        """HF's ``Trainer.compute_loss``: the model's loss, ``compute_loss_func`` or the label smoother."""
+        if (self.label_smoother is not None or self.compute_loss_func is not None) and "labels" in inputs:
+            labels = inputs.pop("labels")
+        else:
+            labels = None
+        if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
+        outputs = model(**inputs)
+        if self.compute_loss_func is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif labels is not None:
+            loss = self.label_smoother(
+                outputs, labels, shift_labels=label_smoother_shifts_labels(_unwrap(model)), num_items_in_batch=num_items_in_batch
+            )
+        else:
+            loss = _loss_from_outputs(outputs, inputs)
+        if (
+            getattr(self.args, "average_tokens_across_devices", True)
+            and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
+            and num_items_in_batch is not None
+        ):
+            # Undo DDP's gradient averaging: the loss is already a global token mean.
+            world = self.trainer.world_size if self._trainer is not None else 1
+            if world > 1:
+                loss = loss * world
+        return (loss, outputs) if return_outputs else loss
+
+    def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
+        """HF's per-micro-batch ``Trainer.training_step``: loss, GA scaling, backward; returns the detached loss."""
+        model.train()
+        if len(inputs) == 0:
+            raise ValueError(
+                "The batch received was empty, your model won't be able to train on it. Check that your training "
+                "dataset contains keys the model's forward accepts."
+            )
+        loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        if getattr(self.args, "n_gpu", 0) > 1:
+            loss = loss.mean()
+        scaled = self.loss_is_scaled_for_ga
+        if scaled is None:
+            scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
+                self.compute_loss_func is not None
+            )
+        if not scaled:
+            # HF divides by the window's own length, so a short last window is not under-weighted.
+            loss = loss / self.current_window_len
+        self.manual_backward(loss)
+        return loss.detach()
+
+    # ------------------------------------------------------------------ training
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        # HF's should_epoch_stop / should_training_stop take effect before the next window; Lightning ends the
+        # epoch when this hook returns -1.
+        if self.stop_epoch_requested:
+            return -1
+        return None
+
+    def training_step(self, window: list, batch_idx: int) -> dict:
+        optimizer = self.optimizers()
+        scheduler = self.lr_schedulers()
+        if not isinstance(window, list):
+            window = [window]
+        self.current_window_len = len(window)
+        n_items = self.num_items_in_batch(window)
+        losses = []
+        for i, inputs in enumerate(window):
+            if i == 0:
+                self._emit("on_step_begin")
+            # Every micro-batch but the last skips DDP's gradient all-reduce, as accelerate's no_sync does.
+            last = i == len(window) - 1
+            with _no_sync(self.trainer, self.model, enabled=not last):
+                losses.append(self.hooks.training_step(self.model, dict(inputs), n_items))
+            self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
+            if not last:
+                self._emit("on_substep_end")
+        scale_before = _compat.grad_scale(self.trainer)
+        # Clipping and on_pre_optimizer_step happen inside, in on_before_optimizer_step.
+        optimizer.step()
+        scale_after = _compat.grad_scale(self.trainer)
+        step_skipped = scale_before is not None and scale_after < scale_before
+        self._emit("on_optimizer_step")
+        learning_rate = self._current_lr(scheduler, optimizer)
+        if scheduler is not None and not _is_plateau(scheduler) and not step_skipped:
+            scheduler.step()
+        optimizer.zero_grad()
+        return {"losses": losses, "grad_norm": self.grad_norm, "learning_rate": learning_rate,
+                "micro_batches": len(window)}
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Runs inside LightningOptimizer.step after the precision plugin unscaled fp16 grads. HF clips over
+        # model.parameters() order (not the optimizer's groups) and logs the pre-clip norm.
+        max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
+            else math.inf
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self._emit("on_pre_optimizer_step")
+
+    def _current_lr(self, scheduler: Any, optimizer: Any) -> float:
+        # HF reads the LR after optimizer.step and before scheduler.step: the LR this update used.
+        if scheduler is None or _is_plateau(scheduler):
+            return optimizer.param_groups[0]["lr"]
+        return scheduler.get_last_lr()[0]
+
+    def _emit(self, event: str, **kwargs: Any) -> None:
+        if self.event_sink is not None:
+            self.event_sink.on_hf_event(event, **kwargs)
+
+    def floating_point_ops(self, inputs: Mapping) -> float:
+        """HF's estimate: 6 × input tokens × non-embedding parameters (0 without ``num_parameters``)."""
+        model = _unwrap(self.model)
+        main_input = getattr(model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(model, "num_parameters"):
+            return 0.0
+        if self._flos_per_token is None:
+            self._flos_per_token = 6 * model.num_parameters(exclude_embeddings=True)
+        return float(inputs[main_input].numel() * self._flos_per_token)
+
+    # ------------------------------------------------------------------ evaluation
+    def prediction_step(self, model: nn.Module, inputs: dict, prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None):
+        """HF's ``Trainer.prediction_step``: ``(loss, logits, labels)`` for one evaluation batch."""
+        has_labels = bool(self.label_names) and all(inputs.get(k) is not None for k in self.label_names)
+        return_loss = inputs.get("return_loss")
+        if return_loss is None:
+            return_loss = self.can_return_loss
+        loss_without_labels = len(self.label_names) == 0 and return_loss
+        if ignore_keys is None:
+            config = getattr(_unwrap(model), "config", None)
+            ignore_keys = list(getattr(config, "keys_to_ignore_at_inference", ["past_key_values"])) \
+                if config is not None else []
+        labels = None
+        if has_labels or loss_without_labels:
+            labels = nested_detach(tuple(inputs.get(name) for name in self.label_names))
+            if len(labels) == 1:
+                labels = labels[0]
+        with torch.no_grad():
+            if has_labels or loss_without_labels:
+                n_items = self.num_items_in_batch([inputs])
+                loss, outputs = self.hooks.compute_loss(model, dict(inputs), return_outputs=True,
+                                                        num_items_in_batch=n_items)
+                loss = loss.detach().mean()
+                if isinstance(outputs, Mapping):
+                    logits = tuple(v for k, v in outputs.items() if k not in ignore_keys + ["loss"])
+                else:
+                    logits = outputs[1:]
+            else:
+                loss = None
+                outputs = model(**inputs)
+                if isinstance(outputs, Mapping):
+                    logits = tuple(v for k, v in outputs.items() if k not in ignore_keys)
+                else:
+                    logits = outputs
+        if prediction_loss_only:
+            return loss, None, None
+        logits = nested_detach(logits)
+        if isinstance(logits, (tuple, list)) and len(logits) == 1:
+            logits = logits[0]
+        return loss, logits, labels
+
+    def on_validation_start(self) -> None:
+        self.eval_accumulators = {}
+
+    def validation_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, dataloader_idx, keep_predictions=False)
+
+    def on_test_start(self) -> None:
+        self.eval_accumulators = {}
+
+    def test_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
+        # predict() runs on Lightning's test loop: it keeps predictions and computes metrics, as HF's does.
+        self._eval_step(batch, dataloader_idx, keep_predictions=True)
+
+    def _eval_step(self, batch: Mapping, dataloader_idx: int, keep_predictions: bool) -> None:
+        request = self.eval_request
+        acc = self.eval_accumulators.get(dataloader_idx)
+        if acc is None:
+            acc = self.eval_accumulators[dataloader_idx] = EvalAccumulator(
+                self.args, self.compute_metrics, self.preprocess_logits_for_metrics, keep_predictions
+            )
+        prediction_loss_only = request.prediction_loss_only
+        if prediction_loss_only is None:
+            prediction_loss_only = True if self.compute_metrics is None and not keep_predictions \
+                else bool(getattr(self.args, "prediction_loss_only", False))
+        self.model.eval()
+        inputs = dict(batch)
+        loss, logits, labels = self.hooks.prediction_step(self.model, inputs, prediction_loss_only,
+                                                          ignore_keys=request.ignore_keys)
+        include = getattr(self.args, "include_for_metrics", []) or []
+        main_input = getattr(_unwrap(self.model), "main_input_name", "input_ids")
+        inputs_for_metrics = batch.get(main_input) if "inputs" in include else None
+        batch_size = find_batch_size(batch) or 1
+        acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
+                is_last=self._is_last_eval_batch())
+        self._emit("on_prediction_step")
+
+    def _is_last_eval_batch(self) -> bool:
+        return _compat.is_last_eval_batch(self.trainer)
+
+
+class EvalRequest:
+    """What the caller of an evaluation asked for (HF's ``evaluate`` arguments the step needs)."""
+
+    def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None) -> None:
+        self.prediction_loss_only = prediction_loss_only
+        self.ignore_keys = ignore_keys
+
+
+def _loss_from_outputs(outputs: Any, inputs: Mapping) -> torch.Tensor:
+    if isinstance(outputs, Mapping):
+        if "loss" not in outputs or outputs["loss"] is None:
+            keys = [k for k, v in outputs.items() if v is not None] if "loss" in outputs else list(outputs.keys())
+            raise ValueError(
+                "The model did not return a loss from the inputs, only the following keys: "
+                f"{','.join(keys)}. For reference, the inputs it received are {','.join(inputs.keys())}. "
+                "Pass the labels the model's forward expects (see `label_names`), or a `compute_loss_func`."
+            )
+        return outputs["loss"]
+    if isinstance(outputs, (tuple, list)):
+        if not outputs or not isinstance(outputs[0], torch.Tensor) or outputs[0].dim() != 0:
+            raise ValueError(
+                "The model returned a tuple whose first element is not a scalar loss. For reference, the inputs it "
+                f"received are {','.join(inputs.keys())}. Return the loss first when labels are given, or pass a "
+                "`compute_loss_func`."
+            )
+        return outputs[0]
+    if isinstance(outputs, torch.Tensor) and outputs.dim() == 0:
+        return outputs
+    loss = getattr(outputs, "loss", None)
+    if loss is None:
+        raise ValueError(
+            f"The model returned a {type(outputs).__name__} without a loss. For reference, the inputs it received "
+            f"are {','.join(inputs.keys())}."
+        )
+    return loss
+
+
+def _is_plateau(scheduler: Any) -> bool:
+    return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) or type(scheduler).__name__ == "GreedyLR"
+
+
+class _no_sync:
+    """DDP's ``no_sync`` for non-final micro-batches (a no-op on one process)."""
+
+    def __init__(self, trainer: pl.Trainer, model: nn.Module, enabled: bool) -> None:
+        self.ctx = None
+        if enabled and trainer is not None and trainer.world_size > 1:
+            wrapped = getattr(trainer.strategy, "model", None)
+            if hasattr(wrapped, "no_sync"):
+                self.ctx = wrapped.no_sync()
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+        return False

@@ -1,0 +1,101 @@
+"""``build_lightning_trainer``: a ``lightning.Trainer`` configured from HF ``TrainingArguments``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from hf_lightning.callbacks.hf_api import TrainerCallback
+from hf_lightning.callbacks.training_flow import HFFlowCallback
+from hf_lightning.loggers import build_loggers
+from hf_lightning.seed import enable_full_determinism, set_seed
+
+
+def _is_hf_callback(cb: Any) -> bool:
+    return isinstance(cb, TrainerCallback) or (isinstance(cb, type) and issubclass(cb, TrainerCallback)) or (
+        # a callback written against transformers' TrainerCallback (not ours) is HF-style too
+        any(c.__name__ == "TrainerCallback" for c in (cb if isinstance(cb, type) else type(cb)).__mro__)
+        and not isinstance(cb, pl.Callback)
+    )
+
+
+def resolve_precision(args: Any) -> str:
+    """Lightning precision string for HF's ``bf16`` / ``fp16`` flags.
+
+    Raises:
+        ValueError: fp16 on a machine without CUDA (HF's GradScaler path needs a GPU).
+    """
+    if getattr(args, "bf16", False):
+        return "bf16-mixed"
+    if getattr(args, "fp16", False):
+        if getattr(args, "use_cpu", False) or not torch.cuda.is_available():
+            raise ValueError(
+                "fp16=True needs a CUDA GPU (fp16 mixed precision with a GradScaler); this run is on the CPU. Use "
+                "bf16=True for mixed precision on the CPU, or drop fp16."
+            )
+        return "16-mixed"
+    return "32-true"
+
+
+def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: HFFlowCallback | None = None,
+                            **overrides: Any) -> pl.Trainer:
+    """A ``lightning.Trainer`` that trains with HF's semantics for ``args``.
+
+    Args:
+        args: a ``TrainingArguments``.
+        callbacks: Lightning callbacks and/or HF-style ``TrainerCallback``s (classes or instances); the HF ones
+            are driven by the flow callback in HF's event order.
+        flow: an existing :class:`HFFlowCallback` to use (the HF-style facade passes its own).
+        **overrides: any ``lightning.Trainer`` keyword, applied last (e.g. ``logger=``, ``devices=``).
+
+    Returns:
+        The configured ``lightning.Trainer``; ``max_steps``/``max_epochs`` are set from HF's accounting when
+        ``fit`` starts (the dataset length is only known then).
+
+    Raises:
+        ValueError: for argument combinations that cannot run here (e.g. fp16 on a CPU).
+    """
+    callbacks = list(callbacks or [])
+    hf_callbacks = [cb for cb in callbacks if _is_hf_callback(cb)]
+    pl_callbacks = [cb for cb in callbacks if not _is_hf_callback(cb)]
+    if flow is None:
+        flow = HFFlowCallback(args, callbacks=hf_callbacks)
+        # HF's Trainer seeds at construction, after the model exists; the Lightning-native path does it here.
+        if getattr(args, "full_determinism", False):
+            enable_full_determinism(args.seed)
+        else:
+            set_seed(args.seed)
+    else:
+        for cb in hf_callbacks:
+            flow.add_callback(cb)
+    precision = resolve_precision(args)
+    if getattr(args, "tf32", None) is not None and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+    kwargs: dict[str, Any] = dict(
+        accelerator="cpu" if getattr(args, "use_cpu", False) else "auto",
+        devices=1,
+        precision=precision,
+        max_epochs=1,
+        max_steps=-1,
+        accumulate_grad_batches=1,
+        gradient_clip_val=None,
+        # HF evaluates from the flow callback at optimizer-step boundaries; Lightning's own trigger counts
+        # batches and runs after the save point, so it never fires.
+        check_val_every_n_epoch=sys.maxsize,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=not getattr(args, "disable_tqdm", False),
+        logger=build_loggers(args) or False,
+        default_root_dir=args.output_dir,
+        deterministic=True if getattr(args, "full_determinism", False) else None,
+        use_distributed_sampler=False,
+        log_every_n_steps=1,
+        callbacks=[flow, *pl_callbacks],
+    )
+    kwargs.update(overrides)
+    return pl.Trainer(**kwargs)

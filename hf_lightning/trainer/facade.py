@@ -1,0 +1,438 @@
+"""The HF-style ``Trainer`` facade: HF's constructor and methods over Lightning's loop.
+
+It holds no training logic of its own: it assembles an :class:`~hf_lightning.module.HFLightningModule`, an
+:class:`~hf_lightning.data.datamodule.HFDataModule` and the flow callback, and calls ``lightning.Trainer.fit``.
+Its HF-named methods (``compute_loss``, ``training_step``, ``prediction_step``, ``create_optimizer``,
+``create_scheduler``, ``log``, ``evaluate``, ``get_train_dataloader``) are what the module and the flow callback
+call, so a subclass's override takes effect exactly where HF's would.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning.callbacks.training_flow import HFFlowCallback
+from hf_lightning.data.datamodule import HFDataModule
+from hf_lightning.module import EvalRequest, HFLightningModule
+from hf_lightning.seed import enable_full_determinism, set_seed
+from hf_lightning.trainer.build import build_lightning_trainer
+from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, "value", v)
+
+
+def _has_len(dataset: Any) -> bool:
+    try:
+        len(dataset)
+    except TypeError:
+        return False
+    return True
+
+
+class Trainer:
+    """Drop-in for ``transformers.Trainer``: same arguments, same outputs on disk, Lightning underneath.
+
+    Args:
+        model: the model to train (or use ``model_init``).
+        args: ``TrainingArguments``; defaults to ``TrainingArguments(output_dir="tmp_trainer")``.
+        data_collator: batches a list of features; HF's default when omitted.
+        train_dataset / eval_dataset: datasets of feature dicts; ``eval_dataset`` may be a dict of datasets.
+        processing_class: tokenizer / processor (default collator padding, saved with checkpoints).
+        model_init: builds a fresh model for each ``train()`` call.
+        compute_loss_func: ``fn(outputs, labels, num_items_in_batch=...)``.
+        compute_metrics: ``fn(EvalPrediction) -> dict``.
+        callbacks: HF-style ``TrainerCallback``s (classes or instances) and/or Lightning callbacks.
+        optimizers: ``(optimizer, scheduler)``.
+        optimizer_cls_and_kwargs: ``(cls, kwargs)`` replacing ``args.optim``.
+        preprocess_logits_for_metrics: ``fn(logits, labels)`` applied per evaluation batch.
+
+    Raises:
+        ValueError / RuntimeError: for HF's invalid combinations, before any work.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        args: Any = None,
+        data_collator: Callable | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        model_init: Callable[[], nn.Module] | None = None,
+        compute_loss_func: Callable | None = None,
+        compute_metrics: Callable | None = None,
+        callbacks: list | None = None,
+        optimizers: tuple = (None, None),
+        optimizer_cls_and_kwargs: tuple[type, dict] | None = None,
+        preprocess_logits_for_metrics: Callable | None = None,
+        **deprecated: Any,
+    ) -> None:
+        if "tokenizer" in deprecated:
+            warnings.warn("`tokenizer` is deprecated; use `processing_class`.", FutureWarning, stacklevel=2)
+            processing_class = processing_class or deprecated.pop("tokenizer")
+        if deprecated:
+            raise TypeError(f"Trainer.__init__() got unexpected keyword arguments: {sorted(deprecated)}")
+        if args is None:
+            from hf_lightning.args import TrainingArguments
+
+            args = TrainingArguments(output_dir="tmp_trainer")
+        self.args = args
+        if getattr(args, "full_determinism", False):
+            enable_full_determinism(args.seed)
+        else:
+            set_seed(args.seed)
+        if model is None and model_init is None:
+            raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument.")
+        if model is not None and model_init is not None:
+            raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
+        optimizers = optimizers if optimizers is not None else (None, None)
+        if model_init is not None and (optimizers[0] is not None or optimizers[1] is not None):
+            raise RuntimeError(
+                "Passing `optimizers` is not allowed if `model_init` is provided: the optimizer would hold the "
+                "parameters of a model that `train()` replaces. Override `create_optimizer_and_scheduler` instead."
+            )
+        if optimizer_cls_and_kwargs is not None and optimizers[0] is not None:
+            raise RuntimeError("Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible.")
+        if model is None:
+            model = model_init()
+        self.model = model
+        self.model_init = model_init
+        self.data_collator = data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.processing_class = processing_class
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        self._user_scheduler = optimizers[1] is not None
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        self._validate()
+
+        hf_callbacks = [cb for cb in callbacks or [] if not _is_lightning_callback(cb)]
+        self._pl_callbacks = [cb for cb in callbacks or [] if _is_lightning_callback(cb)]
+        self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class,
+                                   data_collator=data_collator, hooks=self)
+        self.callback_handler = self.flow.handler
+        self.callback_handler.model = self.model
+        self.is_in_train = False
+        self._module: HFLightningModule | None = None
+        self._datamodule: HFDataModule | None = None
+        self._pl_trainer = None
+        if getattr(args, "should_save", True) and args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.flow.control)
+        self.flow.control = self.control
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        args = self.args
+        if _value(args.eval_strategy) != "no" and self.eval_dataset is None:
+            raise ValueError(
+                f"You have set `args.eval_strategy` to {args.eval_strategy} but you didn't pass an `eval_dataset` to "
+                "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
+            )
+        if (_value(args.save_strategy) == "best" or args.load_best_model_at_end) and \
+                args.metric_for_best_model is None:
+            raise ValueError(
+                "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
+                "`args.load_best_model_at_end` is set to `True`."
+            )
+        if getattr(args, "batch_eval_metrics", False) and self.compute_metrics is not None:
+            if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
+                raise ValueError(
+                    "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result`"
+                    " boolean argument which will be triggered after the last batch of the eval set to signal that"
+                    " the summary statistics should be returned by the function."
+                )
+        if self.train_dataset is not None and not _has_len(self.train_dataset) and args.max_steps <= 0:
+            raise ValueError(
+                "The train_dataset does not implement __len__, max_steps has to be specified. The number of steps "
+                "needs to be known in advance for the learning rate scheduler."
+            )
+        if self.train_dataset is not None and isinstance(self.train_dataset, torch.utils.data.IterableDataset) \
+                and _value(getattr(args, "train_sampling_strategy", "random")) == "group_by_length":
+            raise ValueError("the `group_by_length` sampling strategy needs a dataset with a length; this "
+                             "train_dataset is an IterableDataset.")
+
+    # ------------------------------------------------------------------ state / callbacks
+    @property
+    def state(self):
+        return self.flow.state
+
+    def add_callback(self, callback: Any) -> None:
+        """Add an HF-style callback (class or instance) to the list."""
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove a callback (class or instance) and return it."""
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove a callback (class or instance)."""
+        self.callback_handler.remove_callback(callback)
+
+    # ------------------------------------------------------------------ assembly
+    def _build_module(self) -> HFLightningModule:
+        return HFLightningModule(
+            self.model,
+            self.args,
+            compute_loss_func=self.compute_loss_func,
+            compute_metrics=self.compute_metrics,
+            preprocess_logits_for_metrics=self.preprocess_logits_for_metrics,
+            optimizers=(self.optimizer if self._module is None or self.optimizer is not None else None,
+                        self.lr_scheduler if self._user_scheduler else None),
+            optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
+            hooks=self,
+        )
+
+    def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
+        return HFDataModule(
+            self.args,
+            train_dataset=self.train_dataset,
+            eval_dataset=eval_dataset if eval_dataset is not None else self.eval_dataset,
+            test_dataset=test_dataset,
+            data_collator=self.data_collator,
+            processing_class=self.processing_class,
+            model=self.model,
+        )
+
+    @property
+    def lightning_module(self) -> HFLightningModule:
+        """The ``HFLightningModule`` this trainer uses (built on first use)."""
+        if self._module is None:
+            self._module = self._build_module()
+        return self._module
+
+    # ------------------------------------------------------------------ train
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
+        """Train with Lightning's loop and HF's semantics; returns HF's ``TrainOutput``."""
+        if kwargs:
+            raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
+        if trial is not None:
+            raise ValueError("Hyper-parameter search trials are not supported by hf_lightning (`trial`).")
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        if resume_from_checkpoint is not None:
+            raise NotImplementedError("resume_from_checkpoint is not supported yet by hf_lightning.")
+        if self.model_init is not None:
+            set_seed(self.args.seed)
+            self.model = self.model_init()
+            self.callback_handler.model = self.model
+            self._module = None
+        if not self._user_scheduler:
+            self.lr_scheduler = None
+        if getattr(self.args, "gradient_checkpointing", False) and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=getattr(self.args, "gradient_checkpointing_kwargs", None)
+            )
+        self._module = self._build_module()
+        self._module.eval_request = EvalRequest(ignore_keys=ignore_keys_for_eval)
+        self._datamodule = self._build_datamodule()
+        if _overrides(self, "get_train_dataloader"):
+            self._datamodule._train_loader = self.get_train_dataloader()
+        self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
+        self.is_in_train = True
+        try:
+            self._pl_trainer.fit(self._module, datamodule=self._datamodule)
+        finally:
+            self.is_in_train = False
+        return self.flow.train_output
+
+    # ------------------------------------------------------------------ HF hooks (override points)
+    def compute_loss(self, model: nn.Module, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | None = None):
+        """HF's ``compute_loss``; override to change the loss."""
+        return self.lightning_module.compute_loss(model, inputs, return_outputs=return_outputs,
+                                                  num_items_in_batch=num_items_in_batch)
+
+    def training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
+        """HF's per-micro-batch ``training_step`` (loss, scaling, backward); returns the detached loss."""
+        return self.lightning_module.hf_training_step(model, inputs, num_items_in_batch)
+
+    def prediction_step(self, model: nn.Module, inputs: dict, prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None):
+        """HF's ``prediction_step``: ``(loss, logits, labels)``."""
+        return self.lightning_module.prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        """Build (once) and return the optimizer, as HF's ``create_optimizer``."""
+        if self.optimizer is None:
+            self.optimizer = self.lightning_module.create_optimizer()
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """Build (once per ``train()``) and return the LR scheduler, as HF's ``create_scheduler``."""
+        if self.lr_scheduler is None:
+            self.lr_scheduler = self.lightning_module.create_scheduler(
+                num_training_steps, optimizer if optimizer is not None else self.optimizer
+            )
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        """HF's combined helper."""
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """HF's ``log``: adds ``epoch``, appends to ``state.log_history`` and fires ``on_log``."""
+        self.flow.hf_log(logs, start_time)
+
+    def get_train_dataloader(self):
+        """The per-micro-batch train ``DataLoader`` (override to supply your own)."""
+        return (self._datamodule or self._build_datamodule()).train_loader()
+
+    def get_eval_dataloader(self, eval_dataset: Any = None):
+        dm = self._datamodule or self._build_datamodule()
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, str):
+            dataset = self.eval_dataset[dataset]
+        return dm.eval_loader(dataset)
+
+    def get_test_dataloader(self, test_dataset: Any):
+        return (self._datamodule or self._build_datamodule()).eval_loader(test_dataset, "prediction")
+
+    # ------------------------------------------------------------------ evaluate / predict
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Evaluate and return HF's metrics dict (``{prefix}_loss``, ``compute_metrics`` keys, speed, epoch)."""
+        if self.is_in_train:
+            return self.flow.evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        if isinstance(dataset, Mapping):
+            metrics: dict[str, float] = {}
+            for name, ds in dataset.items():
+                metrics.update(self.evaluate(ds, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        output = self._run_eval_loop(dataset, ignore_keys, metric_key_prefix, predict=False)
+        metrics = output[2]
+        self.log(metrics)
+        self.flow.control = self.callback_handler.on_evaluate(self.args, self.state, self.flow.control, metrics)
+        return metrics
+
+    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> PredictionOutput:
+        """Predict on ``test_dataset``; returns HF's ``PredictionOutput``."""
+        predictions, label_ids, metrics = self._run_eval_loop(test_dataset, ignore_keys, metric_key_prefix,
+                                                              predict=True)
+        self.flow.control = self.callback_handler.on_predict(self.args, self.state, self.flow.control, metrics)
+        return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
+
+    def _run_eval_loop(self, dataset: Any, ignore_keys: list[str] | None, prefix: str, predict: bool):
+        module = self.lightning_module
+        module.eval_request = EvalRequest(
+            prediction_loss_only=None if predict else (True if self.compute_metrics is None else None),
+            ignore_keys=ignore_keys,
+        )
+        prep_start = time.time()
+        dm = self._build_datamodule(test_dataset=dataset)
+        pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=False, enable_progress_bar=False)
+        prep_time = round(time.time() - prep_start, 4)
+        start = time.time()
+        pl_trainer.test(module, datamodule=dm, verbose=False)
+        acc = module.eval_accumulators.get(0)
+        module.eval_accumulators = {}
+        size = len(dataset) if _has_len(dataset) else None
+        if acc is None:
+            preds, labels, metrics, num_samples = None, None, {}, size or 0
+        else:
+            preds, labels, metrics, num_samples = acc.finalize(prefix, num_samples=size,
+                                                               compute=True)
+        if self._pl_trainer is None:
+            # HF prepares the model on first use outside training and reports how long it took.
+            metrics[f"{prefix}_model_preparation_time"] = prep_time
+        total_batch = self.args.eval_batch_size * pl_trainer.world_size
+        metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
+                                     num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
+        return preds, labels, metrics
+
+    # ------------------------------------------------------------------ saving helpers
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` as HF does."""
+        from hf_lightning.checkpointing.format import save_model_files
+
+        output_dir = output_dir or self.args.output_dir
+        if getattr(self.args, "should_save", True):
+            os.makedirs(output_dir, exist_ok=True)
+            save_model_files(self.model, output_dir, processing_class=self.processing_class,
+                             data_collator=self.data_collator, args=self.args)
+
+    def save_state(self) -> None:
+        """Write ``trainer_state.json`` to ``output_dir``."""
+        if getattr(self.args, "should_save", True):
+            self.state.save_to_json(os.path.join(self.args.output_dir, "trainer_state.json"))
+
+    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
+        """Print ``metrics`` in HF's aligned format (world process zero only)."""
+        if not self.is_world_process_zero():
+            return
+        print(f"***** {split} metrics *****")
+        formatted = _format_metrics(metrics)
+        width = max((len(k) for k in formatted), default=0)
+        for key in sorted(formatted):
+            print(f"  {key: <{width}} = {formatted[key]:>9}")
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        """Write ``{split}_results.json`` (and merge into ``all_results.json``) as HF does."""
+        if not self.is_world_process_zero():
+            return
+        path = os.path.join(self.args.output_dir, f"{split}_results.json")
+        with open(path, "w") as f:
+            json.dump(metrics, f, indent=4, sort_keys=True)
+        if combined:
+            all_path = os.path.join(self.args.output_dir, "all_results.json")
+            merged = {}
+            if os.path.exists(all_path):
+                with open(all_path) as f:
+                    merged = json.load(f)
+            merged.update(metrics)
+            with open(all_path, "w") as f:
+                json.dump(merged, f, indent=4, sort_keys=True)
+
+    def is_world_process_zero(self) -> bool:
+        return int(os.environ.get("RANK", "0")) == 0
+
+    def is_local_process_zero(self) -> bool:
+        return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+def _format_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    out = dict(metrics)
+    for key, value in out.items():
+        if "_mem_" in key:
+            out[key] = f"{value >> 20}MB"
+        elif "_runtime" in key:
+            seconds = int(value)
+            out[key] = f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{round((value - seconds) * 100):02d}"
+        elif key == "total_flos":
+            out[key] = f"{int(value) >> 30}GF"
+        elif isinstance(value, float):
+            out[key] = round(value, 4)
+    return out
+
+
+def _is_lightning_callback(cb: Any) -> bool:
+    import lightning.pytorch as pl
+
+    return isinstance(cb, pl.Callback)
+
+
+def _overrides(obj: Any, name: str) -> bool:
+    return getattr(type(obj), name) is not getattr(Trainer, name)
