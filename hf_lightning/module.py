@@ -87,7 +87,8 @@ class HFLightningModule(pl.LightningModule):
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.given_optimizer, self.given_scheduler = optimizers if optimizers is not None else (None, None)
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
-        self.hooks = hooks if hooks is not None else self
+        # Not stored when it is the module itself: an nn.Module attribute pointing to itself would recurse.
+        self._hooks = hooks
         self.automatic_optimization = False
 
         unwrapped = _unwrap(model)
@@ -124,6 +125,11 @@ class HFLightningModule(pl.LightningModule):
         self.eval_accumulators: dict[int, EvalAccumulator] = {}
         self.stop_epoch_requested = False
         self._flos_per_token: float | None = None
+
+    @property
+    def hooks(self) -> Any:
+        """The object whose HF-named methods (``compute_loss``, ``training_step``, ...) are called."""
+        return self if self._hooks is None else self._hooks
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
@@ -262,7 +268,9 @@ class HFLightningModule(pl.LightningModule):
             # Every micro-batch but the last skips DDP's gradient all-reduce, as accelerate's no_sync does.
             last = i == len(window) - 1
             with _no_sync(self.trainer, self.model, enabled=not last):
-                losses.append(self.hooks.training_step(self.model, dict(inputs), n_items))
+                # Lightning's training_step (this method) and HF's per-micro-batch one share a name.
+                hf_step = self.hf_training_step if self._hooks is None else self._hooks.training_step
+                losses.append(hf_step(self.model, dict(inputs), n_items))
             self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
             if not last:
                 self._emit("on_substep_end")

@@ -369,7 +369,8 @@ class TrainingArguments:
         default=False, metadata={"help": "Load the best checkpoint when training ends (needs evaluation)."}
     )
     metric_for_best_model: str | None = field(
-        default=None, metadata={"help": "Metric that decides the best checkpoint, with or without 'eval_' (default: loss)."}
+        default=None,
+        metadata={"help": "Metric that decides the best checkpoint, with or without 'eval_' (default: loss)."},
     )
     greater_is_better: bool | None = field(
         default=None,
@@ -543,9 +544,18 @@ class TrainingArguments:
     # ------------------------------------------------------------------------------------------
 
     def __post_init__(self) -> None:
-        # 4.x names first: they feed the 5.x fields that everything below reads.
+        # HF's order: defaults, enums, derived values, validation, then the runtime settings.
+        # 4.x names go first because they feed the 5.x fields everything below reads.
         self._apply_legacy_names()
+        self._fill_defaults()
+        self._convert_enums()
+        self._derive_values()
+        self._validate_hf_rules()
+        self._validate_choices()
+        self._derive_runtime_settings()
+        self._refuse_unsupported()
 
+    def _fill_defaults(self) -> None:
         if self.output_dir is None:
             self.output_dir = "trainer_output"
             logger.info("No output_dir given; using 'trainer_output'.")
@@ -563,6 +573,7 @@ class TrainingArguments:
         if isinstance(self.include_num_input_tokens_seen, bool):
             self.include_num_input_tokens_seen = "all" if self.include_num_input_tokens_seen else "no"
 
+    def _convert_enums(self) -> None:
         self.eval_strategy = _to_enum("eval_strategy", IntervalStrategy, self.eval_strategy)
         self.logging_strategy = _to_enum("logging_strategy", IntervalStrategy, self.logging_strategy)
         self.save_strategy = _to_enum("save_strategy", SaveStrategy, self.save_strategy)
@@ -571,6 +582,7 @@ class TrainingArguments:
         self.optim = _to_enum("optim", OptimizerNames, self.optim)
         self.debug = _to_debug_options(self.debug)
 
+    def _derive_values(self) -> None:
         if not self.do_eval and self.eval_strategy != IntervalStrategy.NO:
             self.do_eval = True
         if self.eval_strategy == IntervalStrategy.STEPS and not self.eval_steps:
@@ -593,9 +605,7 @@ class TrainingArguments:
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
         self.report_to = _normalize_report_to(self.report_to)
 
-        self._validate_hf_rules()
-        self._validate_choices()
-
+    def _derive_runtime_settings(self) -> None:
         self.mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
         if self.fp16:
             self.mixed_precision = "fp16"
@@ -616,11 +626,9 @@ class TrainingArguments:
             and self.dataloader_num_workers > 1
             and torch.backends.mps.is_available()
         ):
-            # MPS tensors cannot cross a spawned worker boundary; HF forces fork there.
+            # HF's rule: several DataLoader workers on MPS default to the fork start method.
             self.dataloader_multiprocessing_context = "fork"
         self._normalize_fsdp()
-
-        self._refuse_unsupported()
 
     def _resolve_activation_checkpointing(self) -> None:
         # The old names only fill the new ones when those are unset; afterwards both mirror the
@@ -633,7 +641,7 @@ class TrainingArguments:
                 warnings.warn(
                     f"`{old}` is deprecated (transformers 5 renamed it); use `{new}` instead.",
                     FutureWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
                 setattr(self, new, getattr(self, old))
             setattr(self, old, getattr(self, new))
@@ -688,8 +696,9 @@ class TrainingArguments:
         # Loading the best model needs a checkpoint at every evaluation that may be the best.
         if self.eval_strategy != self.save_strategy:
             raise ValueError(
-                '--load_best_model_at_end requires the save and eval strategy to match, except when --save_strategy="best",'
-                f" but found\n- Evaluation strategy: {self.eval_strategy}\n- Save strategy: {self.save_strategy}"
+                "--load_best_model_at_end requires the save and eval strategy to match, except when "
+                '--save_strategy="best", but found\n'
+                f"- Evaluation strategy: {self.eval_strategy}\n- Save strategy: {self.save_strategy}"
             )
         if self.eval_strategy != IntervalStrategy.STEPS or self.save_steps % self.eval_steps == 0:
             return
@@ -802,7 +811,9 @@ class TrainingArguments:
             yield f.name, value
 
     def __str__(self) -> str:
-        items = {name: (f"<{name.upper()}>" if name.endswith("_token") else value) for name, value in self._init_items()}
+        items = {
+            name: (f"<{name.upper()}>" if name.endswith("_token") else value) for name, value in self._init_items()
+        }
         lines = "".join(f"{name}={value},\n" for name, value in sorted(items.items()))
         return f"{type(self).__name__}(\n{lines})"
 
@@ -1502,10 +1513,10 @@ _NO_AUTO_BATCH = (
 )
 
 
-def _warn_renamed(old: str, new: str) -> None:
+def _warn_renamed(old: str, new: str, note: str = "") -> None:
     warnings.warn(
         f"`{old}` is a transformers 4.x argument that transformers 5 removed; hf_lightning maps it to "
-        f"`{new}`. Use `{new}` instead.",
+        f"`{new}`{note}. Use `{new}` instead.",
         FutureWarning,
         stacklevel=6,
     )
@@ -1555,7 +1566,7 @@ def _map_batch_size(kind: str) -> Callable[[TrainingArguments, Any], bool]:
 
 
 def _map_warmup_ratio(args: TrainingArguments, value: Any) -> bool:
-    _warn_renamed("warmup_ratio", "warmup_steps (a float below 1 is a ratio)")
+    _warn_renamed("warmup_ratio", "warmup_steps", " (a warmup_steps below 1 is a ratio of the total steps)")
     if not 0 <= value <= 1:
         raise ValueError(f"warmup_ratio must lie in range [0,1], got {value}")
     if value == 1:
@@ -1651,7 +1662,9 @@ def _fsdp_config_dict(args: TrainingArguments) -> dict[str, Any]:
     if config is None:
         return {}
     if isinstance(config, str):
-        return _parse_json_dict("fsdp_config", config) if config.startswith("{") else _load_json_file("fsdp_config", config)
+        if config.startswith("{"):
+            return _parse_json_dict("fsdp_config", config)
+        return _load_json_file("fsdp_config", config)
     return dict(config)
 
 
@@ -1718,7 +1731,9 @@ _LEGACY_HANDLERS: dict[str, Callable[[TrainingArguments, Any], bool]] = {
     "save_safetensors": _map_save_safetensors,
     "no_cuda": _map_no_cuda,
     "use_mps_device": _map_use_mps_device,
-    "use_ipex": _refuse_when("use_ipex", bool, "Intel IPEX is not supported (removed in transformers 5); remove use_ipex."),
+    "use_ipex": _refuse_when(
+        "use_ipex", bool, "Intel IPEX is not supported (removed in transformers 5); remove use_ipex."
+    ),
     "jit_mode_eval": _refuse_when(
         "jit_mode_eval",
         bool,
@@ -1760,7 +1775,9 @@ _LEGACY_HANDLERS: dict[str, Callable[[TrainingArguments, Any], bool]] = {
     "push_to_hub_model_id": _map_hub_model_id,
     "push_to_hub_organization": _map_hub_organization,
     "push_to_hub_token": _map_hub_token,
-    "mp_parameters": _refuse_when("mp_parameters", bool, "SageMaker model parallelism is not supported; remove mp_parameters."),
+    "mp_parameters": _refuse_when(
+        "mp_parameters", bool, "SageMaker model parallelism is not supported; remove mp_parameters."
+    ),
     "torchdynamo": _map_torchdynamo,
     "ray_scope": _refuse_when(
         "ray_scope",

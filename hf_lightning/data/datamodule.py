@@ -149,7 +149,9 @@ class HFDataModule(pl.LightningDataModule):
                 lengths=lengths,
                 model_input_name=model_input_name,
             )
-        seed = args.data_seed if getattr(args, "data_seed", None) is not None else args.seed
+        # HF (through accelerate) seeds the shuffle with data_seed, else the torch seed in force when the train
+        # loader is prepared: args.seed after the Trainer's set_seed, unless model_init reseeded.
+        seed = args.data_seed if getattr(args, "data_seed", None) is not None else torch.initial_seed()
         return SeedableRandomSampler(dataset, seed)
 
     def train_loader(self) -> DataLoader:

@@ -68,6 +68,7 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
             enable_full_determinism(args.seed)
         else:
             set_seed(args.seed)
+        flow.control = flow.handler.on_init_end(args, flow.state, flow.control)
     else:
         for cb in hf_callbacks:
             flow.add_callback(cb)

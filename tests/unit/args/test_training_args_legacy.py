@@ -25,11 +25,17 @@ MAPPED = [
     ({"no_cuda": False}, {}),
     ({"adafactor": True}, {"optim": "adafactor"}),
     ({"include_inputs_for_metrics": True}, {"include_for_metrics": ["inputs"]}),
-    ({"include_inputs_for_metrics": True, "include_for_metrics": ["loss"]}, {"include_for_metrics": ["loss", "inputs"]}),
+    (
+        {"include_inputs_for_metrics": True, "include_for_metrics": ["loss"]},
+        {"include_for_metrics": ["loss", "inputs"]},
+    ),
     ({"push_to_hub_token": "tok"}, {"hub_token": "tok"}),
     ({"push_to_hub_model_id": "model", "push_to_hub_organization": "org"}, {"hub_model_id": "org/model"}),
     ({"push_to_hub_model_id": "model"}, {"hub_model_id": "model"}),
-    ({"output_dir": "runs/exp1", "push_to_hub_organization": "org"}, {"output_dir": "runs/exp1", "hub_model_id": "org/exp1"}),
+    (
+        {"output_dir": "runs/exp1", "push_to_hub_organization": "org"},
+        {"output_dir": "runs/exp1", "hub_model_id": "org/exp1"},
+    ),
     ({"torchdynamo": "eager"}, {"torch_compile_backend": "eager"}),
     ({"fsdp": True, "fsdp_min_num_params": 1000}, {"fsdp": True, "fsdp_config": {"min_num_params": 1000}}),
     (
@@ -95,7 +101,7 @@ def test_logging_dir_expands_the_home_directory(monkeypatch):
 
 
 def test_warmup_ratio_with_warmup_steps_keeps_the_steps_like_4x():
-    with pytest.warns(UserWarning, match=r"warmup_steps wins"):
+    with pytest.warns(UserWarning, match=r"warmup_steps wins"), pytest.warns(FutureWarning, match="warmup_ratio"):
         args = TrainingArguments(warmup_ratio=0.2, warmup_steps=5)
     assert args.warmup_steps == 5
     assert args.get_warmup_steps(100) == 5
@@ -111,7 +117,7 @@ def test_hf_5_really_removed_these_names(name):
 REFUSED_LEGACY = [
     ({"save_safetensors": False}, r"`save_safetensors=False` is not supported .* always saved as safetensors"),
     ({"use_ipex": True}, r"`use_ipex=True` is not supported"),
-    ({"jit_mode_eval": True}, r"`jit_mode_eval=True` is not supported .* torch_compile"),
+    ({"jit_mode_eval": True}, r"`jit_mode_eval=True` is not supported .*torch_compile"),
     ({"fp16_opt_level": "O2"}, r"`fp16_opt_level='O2'` is not supported .* fp16=True"),
     ({"half_precision_backend": "apex"}, r"`half_precision_backend='apex'` is not supported"),
     ({"fp16_backend": "apex"}, r"`fp16_backend='apex'` is not supported"),
@@ -126,7 +132,10 @@ REFUSED_LEGACY = [
     ({"warmup_ratio": 1.5}, r"warmup_ratio must lie in range \[0,1\], got 1.5"),
     ({"warmup_ratio": -0.1}, r"warmup_ratio must lie in range \[0,1\]"),
     ({"warmup_ratio": 1.0}, r"warmup_ratio=1.0 cannot be expressed .* warmup_steps"),
-    ({"evaluation_strategy": "steps", "eval_strategy": "epoch"}, r"evaluation_strategy='steps' and eval_strategy='epoch'"),
+    (
+        {"evaluation_strategy": "steps", "eval_strategy": "epoch"},
+        r"evaluation_strategy='steps' and eval_strategy='epoch'",
+    ),
     ({"evaluation_strategy": "sometimes"}, r"evaluation_strategy: 'sometimes' is not a valid IntervalStrategy"),
     (
         {"group_by_length": True, "train_sampling_strategy": "sequential"},
@@ -196,7 +205,13 @@ def test_gradient_checkpointing_alias_warns_like_hf():
     assert args.activation_checkpointing is args.gradient_checkpointing is True
 
 
-def test_warning_points_at_the_caller():
-    with pytest.warns(FutureWarning) as record:
-        TrainingArguments(evaluation_strategy="epoch")
-    assert record[0].filename == __file__
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"evaluation_strategy": "epoch"}, {"gradient_checkpointing": True}, {"warmup_ratio": 0.1, "warmup_steps": 3}],
+    ids=repr,
+)
+def test_warnings_point_at_the_caller(kwargs):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        TrainingArguments(**kwargs)
+    assert record and all(item.filename == __file__ for item in record)
