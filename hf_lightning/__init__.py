@@ -7,13 +7,13 @@ same behaviour from ``build_lightning_trainer(args).fit(HFLightningModule(...), 
 """
 
 from hf_lightning.args import (
+    HfArgumentParser,
     IntervalStrategy,
     SaveStrategy,
     SchedulerType,
     Seq2SeqTrainingArguments,
     TrainingArguments,
 )
-from hf_lightning.args.parser import HfArgumentParser
 from hf_lightning.callbacks.hf_api import (
     CallbackHandler,
     DefaultFlowCallback,

@@ -26,6 +26,7 @@ from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
 from hf_lightning.evaluation import EvalAccumulator, find_batch_size, nested_detach
+from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler
 
 # HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
@@ -125,6 +126,8 @@ class HFLightningModule(pl.LightningModule):
         self.eval_accumulators: dict[int, EvalAccumulator] = {}
         self.stop_epoch_requested = False
         self._flos_per_token: float | None = None
+        self._model_prepared = False
+        self._neftune_handle = None
 
     @property
     def hooks(self) -> Any:
@@ -150,6 +153,18 @@ class HFLightningModule(pl.LightningModule):
             world_size=self.trainer.world_size,
         )
         _compat.set_fit_limits(self.trainer, max_steps=self.plan.max_steps, max_epochs=self.plan.num_train_epochs)
+        # HF's _prepare_for_training order: activation checkpointing, then NEFTune; compile wraps the result.
+        if not self._model_prepared:
+            enable_activation_checkpointing(_unwrap(self.model), self.args)
+            compile_model(self.model, self.args)
+            self._model_prepared = True
+        self._neftune_handle = activate_neftune(self.model, getattr(self.args, "neftune_noise_alpha", None))
+
+    def teardown(self, stage: str) -> None:
+        if stage == "fit" and self._neftune_handle is not None:
+            # HF removes the NEFTune hook when training ends, so evaluation and saving see clean embeddings.
+            self._neftune_handle.remove()
+            self._neftune_handle = None
 
     def configure_optimizers(self):
         if self.plan is None:
@@ -235,6 +250,9 @@ class HFLightningModule(pl.LightningModule):
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if getattr(self.args, "n_gpu", 0) > 1:
             loss = loss.mean()
+        empty_every = getattr(self.args, "torch_empty_cache_steps", None)
+        if empty_every and self.trainer.global_step % empty_every == 0 and torch.cuda.is_available():
+            torch.cuda.empty_cache()
         scaled = self.loss_is_scaled_for_ga
         if scaled is None:
             scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (

@@ -11,6 +11,7 @@ from hf_lightning.args.enums import (
     SaveStrategy,
     SchedulerType,
 )
+from hf_lightning.args.parser import HfArg, HfArgumentParser
 from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
 from hf_lightning.args.training_args import TrainingArguments
 
@@ -18,6 +19,8 @@ __all__ = [
     "DebugOption",
     "ExplicitEnum",
     "FSDPOption",
+    "HfArg",
+    "HfArgumentParser",
     "HubStrategy",
     "IntervalStrategy",
     "OptimizerNames",

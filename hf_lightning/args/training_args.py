@@ -783,7 +783,7 @@ class TrainingArguments:
         for name, is_unsupported, reason in _UNSUPPORTED_SETTINGS:
             value = getattr(self, name)
             if is_unsupported(value):
-                raise ValueError(f"`{name}={value!r}` is not supported by hf_lightning: {reason}")
+                raise ValueError(f"`{name}={_show(value)}` is not supported by hf_lightning: {reason}")
         for key, is_unsupported, reason in _UNSUPPORTED_ACCELERATOR_CONFIG:
             value = self.accelerator_config.get(key, _ACCELERATOR_CONFIG_DEFAULTS.get(key))
             if is_unsupported(value):
@@ -1336,6 +1336,15 @@ def _to_enum(name: str, enum_cls: type[Enum], value: Any) -> Any:
         return enum_cls(value)
     except ValueError as error:
         raise ValueError(f"{name}: {error}") from None
+
+
+def _show(value: Any) -> str:
+    # Enum members read better in messages as their plain values.
+    if isinstance(value, Enum):
+        return repr(value.value)
+    if isinstance(value, list) and value and all(isinstance(item, Enum) for item in value):
+        return repr([item.value for item in value])
+    return repr(value)
 
 
 def _to_debug_options(value: Any) -> list[DebugOption]:

@@ -134,6 +134,11 @@ class HFDataModule(pl.LightningDataModule):
             return None
         args = self.args
         strategy = _enum_value(getattr(args, "train_sampling_strategy", "random"))
+        if strategy not in ("random", "sequential", "group_by_length"):
+            raise ValueError(
+                f"train_sampling_strategy={strategy!r} is not supported by hf_lightning; use 'random', "
+                "'sequential' or 'group_by_length'."
+            )
         if strategy == "sequential":
             return SequentialSampler(dataset)
         if strategy == "group_by_length":

@@ -237,10 +237,6 @@ class Trainer:
             self._module = None
         if not self._user_scheduler:
             self.lr_scheduler = None
-        if getattr(self.args, "gradient_checkpointing", False) and hasattr(self.model, "gradient_checkpointing_enable"):
-            self.model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs=getattr(self.args, "gradient_checkpointing_kwargs", None)
-            )
         self._module = self._build_module()
         self._module.eval_request = EvalRequest(ignore_keys=ignore_keys_for_eval)
         self._datamodule = self._build_datamodule()
