@@ -50,3 +50,20 @@ def is_last_eval_batch(trainer: pl.Trainer) -> bool:
     loop = trainer._active_loop
     progress = getattr(loop, "batch_progress", None)
     return bool(getattr(progress, "is_last_batch", False))
+
+
+def fast_forward(trainer: pl.Trainer, global_step: int, epoch: int) -> None:
+    """Start the fit loop at HF's ``global_step`` inside loop epoch ``epoch`` (resume from an HF checkpoint).
+
+    Lightning restores these counters from its own ``.ckpt`` files; an HF folder has none, so we set the same
+    progress trackers as a fresh start at that epoch: ``trainer.global_step`` (optimizer steps), the epoch that
+    samplers' ``set_epoch`` receives and ``trainer.current_epoch``. Called from ``on_train_start``, before the
+    first epoch begins.
+    """
+    fit_loop = trainer.fit_loop
+    for tracker in (fit_loop.epoch_progress.total, fit_loop.epoch_progress.current):
+        tracker.ready = tracker.started = tracker.processed = tracker.completed = epoch
+    steps = fit_loop.epoch_loop.manual_optimization.optim_step_progress
+    for tracker in (steps.total, steps.current):
+        tracker.ready = tracker.completed = global_step
+    fit_loop.epoch_loop._batches_that_stepped = global_step

@@ -175,6 +175,18 @@ class HFLightningModule(pl.LightningModule):
         # and Lightning's checkpoint state working.
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # An HF checkpoint-N folder (through HFCheckpointIO): load the weights as HF does (strict=False, tied
+        # weights not stored twice), then hand Lightning our own state dict so its strict load is a no-op.
+        from hf_lightning.checkpointing.format import load_model_weights
+        from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY
+
+        path = checkpoint.get(HF_CHECKPOINT_KEY)
+        if path is None:
+            return
+        load_model_weights(self.model, path, strict=False)
+        checkpoint["state_dict"] = self.state_dict()
+
     # HF-named construction hooks (the facade's overrides of these are reached through ``self.hooks``).
     def create_optimizer(self) -> torch.optim.Optimizer:
         """Build the optimizer from ``args`` (or return the one given in ``optimizers``)."""

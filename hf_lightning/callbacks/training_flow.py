@@ -18,6 +18,7 @@ Evaluation runs Lightning's own validation loop (Lightning's automatic trigger i
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -30,9 +31,12 @@ import torch
 
 from hf_lightning import _compat
 from hf_lightning.callbacks.hf_api import CallbackHandler, DefaultFlowCallback, PrinterCallback, TrainerCallback
-from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
+from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME
 from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
 from hf_lightning.outputs import TrainOutput, speed_metrics
+
+
+logger = logging.getLogger(__name__)
 
 
 def _value(v: Any) -> Any:
@@ -67,6 +71,9 @@ class HFFlowCallback(pl.Callback):
         self.control = TrainerControl()
         self.train_output: TrainOutput | None = None
         self.resume_state: TrainerState | None = None
+        self.resume_dir: str | None = None
+        self._resume_micro_offset = 0
+        self._rng_restore: str | None = None
         self._trainer: pl.Trainer | None = None
         self._module = None
         self._reset_run_counters()
@@ -99,6 +106,82 @@ class HFFlowCallback(pl.Callback):
         self._trainer, self._module = trainer, pl_module
         self.handler.model = pl_module.model
 
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        """Resume from an HF ``checkpoint-N`` folder (``fit(ckpt_path=folder)``, see ``HFCheckpointIO``)."""
+        from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY
+
+        path = checkpoint.get(HF_CHECKPOINT_KEY)
+        if path is None:
+            return
+        self.resume_dir = path
+        state_file = os.path.join(path, TRAINER_STATE_NAME)
+        if not os.path.isfile(state_file):
+            return
+        state = TrainerState.load_from_json(state_file)
+        if state.best_model_checkpoint is not None and not os.path.isdir(state.best_model_checkpoint):
+            logger.warning(
+                "The best checkpoint %s recorded in the resumed state does not exist any more; best_model_checkpoint "
+                "is reset to None.", state.best_model_checkpoint,
+            )
+            state.best_model_checkpoint = None
+        self._warn_changed_args(state)
+        self.resume_state = state
+        plan = pl_module.plan
+        windows_done = 0 if getattr(self.args, "ignore_data_skip", False) else state.global_step % plan.update_steps_per_epoch
+        self._resume_micro_offset = windows_done * plan.gradient_accumulation_steps
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is not None and windows_done:
+            datamodule.resume_windows = windows_done
+
+    def _warn_changed_args(self, state: TrainerState) -> None:
+        args = self.args
+        changed = [
+            name for name, saved in (("logging_steps", state.logging_steps), ("eval_steps", state.eval_steps),
+                                     ("save_steps", state.save_steps))
+            if getattr(args, name, None) is not None and getattr(args, name) != saved
+        ]
+        if state.train_batch_size is not None and args.per_device_train_batch_size != state.train_batch_size:
+            changed.append("per_device_train_batch_size")
+        if changed:
+            logger.warning(
+                "Resuming with %s different from the checkpoint; the checkpoint's logging/eval/save steps stay in "
+                "force.", ", ".join(changed),
+            )
+
+    def _restore_callback_states(self, state: TrainerState) -> None:
+        # HF (restore_callback_states_from_checkpoint=True): a new instance of each saved callback class, built
+        # from its saved args, gets the saved attributes and replaces the attached one.
+        saved = state.stateful_callbacks or {}
+        for cb in list(self.handler.callbacks) + [self.control]:
+            name = type(cb).__name__
+            if name not in saved or not is_exportable_state(cb):
+                continue
+            entry = saved[name][0] if isinstance(saved[name], list) else saved[name]
+            new = type(cb)(**entry.get("args", {}))
+            for key, value in entry.get("attributes", {}).items():
+                setattr(new, key, value)
+            if cb is self.control:
+                self.control = new
+            else:
+                self.handler.remove_callback(cb)
+                self.handler.add_callback(new)
+
+    def _resume_training_state(self, trainer: pl.Trainer) -> None:
+        from hf_lightning.checkpointing.format import load_optimizer_and_scheduler, load_scaler
+
+        path = self.resume_dir
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        configs = trainer.lr_scheduler_configs
+        load_optimizer_and_scheduler(optimizer, configs[0].scheduler if configs else None, path)
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        if scaler is not None:
+            load_scaler(scaler, path)
+        plan = self._module.plan
+        _compat.fast_forward(trainer, self.state.global_step, self.state.global_step // plan.update_steps_per_epoch)
+        # HF restores the RNG right before the first forward when resuming mid-epoch, and before the epoch's
+        # data iterator exists at an epoch boundary (that iterator then draws its seed from the restored RNG).
+        self._rng_restore = "mid_epoch" if self._resume_micro_offset else "epoch_start"
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         args, plan = self.args, pl_module.plan
         self._reset_run_counters()
@@ -107,10 +190,13 @@ class HFFlowCallback(pl.Callback):
         state = TrainerState(stateful_callbacks=stateful)
         state.train_batch_size = args.train_batch_size
         state.compute_steps(args, plan.max_steps)
+        resuming = self.resume_dir is not None
         if self.resume_state is not None:
             # HF replaces the fresh state by the checkpoint's, then re-applies this run's limits.
             state = self.resume_state
             self.resume_state = None
+            if getattr(args, "restore_callback_states_from_checkpoint", False):
+                self._restore_callback_states(state)
         state.max_steps = plan.max_steps
         state.num_train_epochs = plan.num_train_epochs
         state.is_local_process_zero = trainer.local_rank == 0
@@ -124,6 +210,8 @@ class HFFlowCallback(pl.Callback):
         configs = trainer.lr_scheduler_configs
         self.handler.lr_scheduler = configs[0].scheduler if configs else None
         self.handler.train_dataloader = getattr(trainer.datamodule, "train_loader", lambda: None)()
+        if resuming:
+            self._resume_training_state(trainer)
         self.start_time = time.time()
         self.control = self.handler.on_train_begin(args, self.state, self.control)
         if getattr(args, "eval_on_start", False):
@@ -131,10 +219,25 @@ class HFFlowCallback(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         pl_module.stop_epoch_requested = False
-        self.micro_in_epoch = 0
+        # A mid-epoch resume continues HF's epoch fraction from the skipped micro-batches.
+        self.micro_in_epoch, self._resume_micro_offset = self._resume_micro_offset, 0
         self.last_grad_norm = None
         self.last_learning_rate = None
         self.control = self.handler.on_epoch_begin(self.args, self.state, self.control)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._rng_restore is None:
+            return
+        from hf_lightning.checkpointing.rng import restore_rng_state
+
+        # The first window is fetched by now, as in HF's mid-epoch resume.
+        restored = restore_rng_state(self.resume_dir, trainer.global_rank, trainer.world_size)
+        if restored and self._rng_restore == "epoch_start":
+            # At an epoch boundary HF restores before creating the epoch's DataLoader iterator, which then draws
+            # its base seed from the restored generator; ours exists already, so make that one draw here.
+            torch.empty((), dtype=torch.int64).random_()
+        self._rng_restore = None
 
     def on_hf_event(self, event: str, **kwargs: Any) -> None:
         """An HF per-window event reported by the module while it runs a window."""
@@ -180,6 +283,7 @@ class HFFlowCallback(pl.Callback):
             trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.resume_dir = None
         args, state = self.args, self.state
         self.total_loss_scalar += self.tr_loss.item()
         steps = state.global_step - self.initial_global_step
@@ -363,11 +467,6 @@ class HFFlowCallback(pl.Callback):
         args, state = self.args, self.state
         self.store_flos()
         run_dir = args.output_dir
-        if _value(args.save_strategy) in ("steps", "epoch", "best") and state.best_global_step:
-            best_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.best_global_step}")
-            # The folder being written now counts as existing (HF writes the model before this check).
-            if state.best_global_step == state.global_step or os.path.exists(best_dir):
-                state.best_model_checkpoint = best_dir
         should_save = self._should_save()
         if should_save:
             for cb in [cb for cb in self.handler.callbacks + [self.control] if is_exportable_state(cb)]:
@@ -392,9 +491,8 @@ class HFFlowCallback(pl.Callback):
             world_size=trainer.world_size,
             should_save=should_save,
             scaler=getattr(trainer.precision_plugin, "scaler", None),
+            barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
         )
-        if trainer.world_size > 1:
-            trainer.strategy.barrier("hf_lightning_checkpoint")
         if should_save:
             rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
                                best_model_checkpoint=state.best_model_checkpoint, use_mtime=True)

@@ -87,6 +87,8 @@ class HFDataModule(pl.LightningDataModule):
         self._train_loader: DataLoader | None = None
         self._signature: list[str] | None = None
         self.rank = 0
+        #: Windows (optimizer steps) of the first epoch to skip when resuming mid-epoch; set by the flow callback.
+        self.resume_windows = 0
 
     # ------------------------------------------------------------------ model binding / columns
     def bind_model(self, model: torch.nn.Module, label_names: list[str] | None = None) -> None:
@@ -194,7 +196,8 @@ class HFDataModule(pl.LightningDataModule):
         return len(self.train_dataset) if self.train_dataset is not None and _has_len(self.train_dataset) else None
 
     def train_dataloader(self) -> WindowedLoader:
-        return WindowedLoader(self.train_loader(), int(self.args.gradient_accumulation_steps))
+        skip, self.resume_windows = self.resume_windows, 0
+        return WindowedLoader(self.train_loader(), int(self.args.gradient_accumulation_steps), skip_windows=skip)
 
     # ------------------------------------------------------------------ eval / test
     @property

@@ -58,17 +58,74 @@ class WindowedLoader:
             raise TypeError("the wrapped loader has no length")
         return max(math.ceil(n / self.gradient_accumulation_steps), 1) if n else 0
 
+    def state_dict(self) -> dict:
+        # Lightning treats a loader with state_dict/load_state_dict as resumable (no mid-epoch warning); the
+        # resume position itself comes from the HF checkpoint through ``skip_windows``.
+        return {"skip_windows": self.skip_windows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.skip_windows = int(state.get("skip_windows", 0))
+
     def __iter__(self) -> Iterator[list]:
+        # A generator: nothing below runs (no sampler epoch read, no iterator created) until the first window
+        # is requested, after Lightning has called set_epoch.
         skip, self.skip_windows = self.skip_windows, 0
         ga = self.gradient_accumulation_steps
+        source, dropped = _skip_windows(self.loader, skip, ga)
         window: list = []
         index = 0
-        for batch in self.loader:
+        for batch in source:
             window.append(batch)
             if len(window) == ga:
-                if index >= skip:
+                if index >= dropped:
                     yield window
                 index += 1
                 window = []
-        if window and index >= skip:
+        if window and index >= dropped:
             yield window
+
+
+class _SkipBatchSampler:
+    """Yields a batch sampler's index lists after the first ``skip`` (HF's ``skip_first_batches``)."""
+
+    def __init__(self, batch_sampler: Any, skip: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip = skip
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.batch_sampler):
+            if i >= self.skip:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.batch_sampler) - self.skip, 0)
+
+
+def _skip_windows(loader: Iterable, windows: int, ga: int) -> tuple[Iterable, int]:
+    """The loader resumed ``windows`` windows in, and how many windows the caller must still drop.
+
+    A map-style ``DataLoader`` skips by index (the skipped rows are never loaded or collated, so a collator that
+    draws random numbers is not advanced); anything else is fetched and dropped window by window.
+    """
+    if windows == 0:
+        return loader, 0
+    from torch.utils.data import DataLoader
+
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if isinstance(loader, DataLoader) and batch_sampler is not None and hasattr(batch_sampler, "__len__"):
+        kwargs = dict(
+            batch_sampler=_SkipBatchSampler(batch_sampler, windows * ga),
+            collate_fn=loader.collate_fn,
+            num_workers=loader.num_workers,
+            pin_memory=loader.pin_memory,
+            worker_init_fn=loader.worker_init_fn,
+            generator=loader.generator,
+        )
+        if loader.num_workers > 0:
+            kwargs.update(persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
+        return DataLoader(loader.dataset, **kwargs), 0
+    return loader, windows

@@ -10,6 +10,7 @@ import torch
 
 from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.callbacks.training_flow import HFFlowCallback
+from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.loggers import build_loggers
 from hf_lightning.seed import enable_full_determinism, set_seed
 
@@ -97,6 +98,7 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
         use_distributed_sampler=False,
         log_every_n_steps=1,
         callbacks=[flow, *pl_callbacks],
+        plugins=[HFCheckpointIO()],
     )
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)

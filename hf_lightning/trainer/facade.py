@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from hf_lightning.callbacks.training_flow import HFFlowCallback
+from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.datamodule import HFDataModule
 from hf_lightning.module import EvalRequest, HFLightningModule
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -226,10 +227,7 @@ class Trainer:
             raise ValueError("Hyper-parameter search trials are not supported by hf_lightning (`trial`).")
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
-        if resume_from_checkpoint is False:
-            resume_from_checkpoint = None
-        if resume_from_checkpoint is not None:
-            raise NotImplementedError("resume_from_checkpoint is not supported yet by hf_lightning.")
+        ckpt_path = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if self.model_init is not None:
             set_seed(self.args.seed)
             self.model = self.model_init()
@@ -245,7 +243,7 @@ class Trainer:
         self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
         self.is_in_train = True
         try:
-            self._pl_trainer.fit(self._module, datamodule=self._datamodule)
+            self._pl_trainer.fit(self._module, datamodule=self._datamodule, ckpt_path=ckpt_path)
         finally:
             self.is_in_train = False
         return self.flow.train_output

@@ -1,0 +1,142 @@
+"""hf_lightning imports and trains with ``transformers``, ``accelerate`` and ``datasets`` absent.
+
+They are installed in the test environment, so each check runs in a fresh interpreter that hides them before
+anything else is imported: every finder on ``sys.meta_path`` is wrapped so that the three packages can neither be
+imported (``ModuleNotFoundError``) nor be seen as installed distributions (``importlib.metadata`` raises
+``PackageNotFoundError``). Hiding the metadata matters: torchmetrics (imported by Lightning) decides whether to
+import ``transformers`` from the installed *distribution* list, so blocking the import alone would make
+``import lightning`` fail in a way no machine without transformers ever sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Installed before any other import in the child interpreter.
+HIDE_PACKAGES = textwrap.dedent(
+    """
+    import sys
+
+    # The wrapped finders answer "not found" for these, so they look uninstalled.
+    HIDDEN = frozenset({"transformers", "accelerate", "datasets"})
+
+
+    def is_hidden(name):
+        return name.partition(".")[0].lower().replace("-", "_") in HIDDEN
+
+
+    class HidingFinder:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def find_spec(self, name, path=None, target=None):
+            if is_hidden(name):
+                return None
+            find_spec = getattr(self.inner, "find_spec", None)
+            return None if find_spec is None else find_spec(name, path, target)
+
+        def find_distributions(self, *args, **kwargs):
+            find = getattr(self.inner, "find_distributions", None)
+            found = () if find is None else find(*args, **kwargs)
+            return (dist for dist in found if not is_hidden(dist.name or ""))
+
+        def invalidate_caches(self):
+            invalidate = getattr(self.inner, "invalidate_caches", None)
+            if invalidate is not None:
+                invalidate()
+
+
+    sys.meta_path[:] = [HidingFinder(finder) for finder in sys.meta_path]
+
+    import importlib.metadata
+    import json
+
+    for name in sorted(HIDDEN):
+        try:
+            __import__(name)
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise SystemExit(f"the test failed to hide {name}: it is still importable")
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        else:
+            raise SystemExit(f"the test failed to hide {name}: its distribution is still listed")
+
+
+    def report(**values):
+        leaked = sorted(m for m in sys.modules if is_hidden(m))
+        print("RESULT " + json.dumps(dict(values, leaked=leaked)))
+    """
+)
+
+
+def _run_hidden(body: str, cwd: Path) -> dict:
+    env = dict(os.environ)
+    # The project root first: the package under test is this checkout, however the venv installed it.
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    completed = subprocess.run(
+        [sys.executable, "-c", HIDE_PACKAGES + textwrap.dedent(body)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-3000:]}\nstderr:\n{completed.stderr[-6000:]}"
+    results = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results, completed.stdout[-3000:]
+    return {**json.loads(results[-1][len("RESULT "):]), "stdout": completed.stdout}
+
+
+def test_every_public_name_and_submodule_imports_without_transformers(tmp_path):
+    result = _run_hidden(
+        """
+        import importlib
+        import pkgutil
+
+        import hf_lightning
+
+        names = {name: type(getattr(hf_lightning, name)).__name__ for name in hf_lightning.__all__}
+        modules = [info.name for info in pkgutil.walk_packages(hf_lightning.__path__, "hf_lightning.")]
+        for module in modules:
+            importlib.import_module(module)
+        report(names=sorted(names), modules=modules, trainer=hf_lightning.Trainer.__module__)
+        """,
+        tmp_path,
+    )
+    assert result["leaked"] == []
+    assert {"Trainer", "TrainingArguments", "HFLightningModule", "HFDataModule", "build_lightning_trainer"} <= set(
+        result["names"]
+    )
+    assert result["trainer"] == "hf_lightning.trainer.facade"
+    assert "hf_lightning.demo" in result["modules"]
+
+
+def test_demo_trains_without_transformers(tmp_path):
+    # ``python -m hf_lightning.demo`` exactly, but after the packages are hidden.
+    result = _run_hidden(
+        """
+        import os
+        import runpy
+
+        sys.argv = ["hf_lightning.demo", "--output_dir", "demo_output", "--max_steps", "2"]
+        runpy.run_module("hf_lightning.demo", run_name="__main__", alter_sys=True)
+        report(checkpoints=sorted(d for d in os.listdir("demo_output") if d.startswith("checkpoint-")))
+        """,
+        tmp_path,
+    )
+    assert result["leaked"] == []
+    assert "***** demo summary *****" in result["stdout"]
+    assert "eval_loss" in result["stdout"]
+    assert result["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+    assert (tmp_path / "demo_output" / "model.safetensors").is_file()
