@@ -19,6 +19,14 @@ from hf_lightning.outputs import EvalPrediction, denumpify_detensorize
 PAD_INDEX = -100
 
 
+class EvalRequest:
+    """What the caller of an evaluation asked for (HF's ``evaluate`` arguments the step needs)."""
+
+    def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None) -> None:
+        self.prediction_loss_only = prediction_loss_only
+        self.ignore_keys = ignore_keys
+
+
 def _pad_and_cat(a: torch.Tensor, b: torch.Tensor, padding_index: int = PAD_INDEX) -> torch.Tensor:
     """Concatenate on dim 0, padding dim 1 with ``padding_index`` when the lengths differ."""
     if a.dim() < 2 or a.shape[1] == b.shape[1]:

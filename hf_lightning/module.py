@@ -25,7 +25,7 @@ from hf_lightning import _compat
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
-from hf_lightning.evaluation import EvalAccumulator, find_batch_size, nested_detach
+from hf_lightning.evaluation import EvalAccumulator, EvalRequest, find_batch_size, nested_detach
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler
 
@@ -425,14 +425,6 @@ class HFLightningModule(pl.LightningModule):
 
     def _is_last_eval_batch(self) -> bool:
         return _compat.is_last_eval_batch(self.trainer)
-
-
-class EvalRequest:
-    """What the caller of an evaluation asked for (HF's ``evaluate`` arguments the step needs)."""
-
-    def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None) -> None:
-        self.prediction_loss_only = prediction_loss_only
-        self.ignore_keys = ignore_keys
 
 
 def _loss_from_outputs(outputs: Any, inputs: Mapping) -> torch.Tensor:

@@ -31,7 +31,12 @@ import torch
 
 from hf_lightning import _compat
 from hf_lightning.callbacks.hf_api import CallbackHandler, DefaultFlowCallback, PrinterCallback, TrainerCallback
+from hf_lightning.checkpointing.format import load_model_weights, load_optimizer_and_scheduler, load_scaler
+from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.rng import restore_rng_state
+from hf_lightning.checkpointing.rotation import final_cleanup_for_limit_one, rotate_checkpoints
+from hf_lightning.evaluation import EvalRequest
 from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
 from hf_lightning.outputs import TrainOutput, speed_metrics
 
@@ -108,8 +113,6 @@ class HFFlowCallback(pl.Callback):
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         """Resume from an HF ``checkpoint-N`` folder (``fit(ckpt_path=folder)``, see ``HFCheckpointIO``)."""
-        from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY
-
         path = checkpoint.get(HF_CHECKPOINT_KEY)
         if path is None:
             return
@@ -167,8 +170,6 @@ class HFFlowCallback(pl.Callback):
                 self.handler.add_callback(new)
 
     def _resume_training_state(self, trainer: pl.Trainer) -> None:
-        from hf_lightning.checkpointing.format import load_optimizer_and_scheduler, load_scaler
-
         path = self.resume_dir
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         configs = trainer.lr_scheduler_configs
@@ -229,8 +230,6 @@ class HFFlowCallback(pl.Callback):
                              batch_idx: int) -> None:
         if self._rng_restore is None:
             return
-        from hf_lightning.checkpointing.rng import restore_rng_state
-
         # The first window is fetched by now, as in HF's mid-epoch resume.
         restored = restore_rng_state(self.resume_dir, trainer.global_rank, trainer.world_size)
         if restored and self._rng_restore == "epoch_start":
@@ -302,8 +301,6 @@ class HFFlowCallback(pl.Callback):
         if getattr(args, "load_best_model_at_end", False) and state.best_model_checkpoint is not None:
             self._load_best_model(pl_module)
         if self._should_save() and state.best_model_checkpoint is not None and args.save_total_limit == 1:
-            from hf_lightning.checkpointing.rotation import final_cleanup_for_limit_one
-
             final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint)
         self.control = self.handler.on_train_end(args, state, self.control)
         self.train_output = TrainOutput(state.global_step, train_loss, metrics)
@@ -381,8 +378,6 @@ class HFFlowCallback(pl.Callback):
         if eval_dataset is not None:
             raise ValueError("Evaluating another dataset while training is not supported; pass it to "
                              "Trainer.evaluate() after train().")
-        from hf_lightning.module import EvalRequest
-
         module.eval_request = EvalRequest(
             prediction_loss_only=True if module.compute_metrics is None else None, ignore_keys=ignore_keys
         )
@@ -461,9 +456,6 @@ class HFFlowCallback(pl.Callback):
         return trainer.global_rank == 0
 
     def _save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from hf_lightning.checkpointing.format import write_checkpoint
-        from hf_lightning.checkpointing.rotation import rotate_checkpoints
-
         args, state = self.args, self.state
         self.store_flos()
         run_dir = args.output_dir
@@ -476,8 +468,7 @@ class HFFlowCallback(pl.Callback):
                 else:
                     state.stateful_callbacks[name] = cb.state()
         scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
-        write_checkpoint(
-            run_dir,
+        payload = HFCheckpoint(
             state.global_step,
             model=pl_module.model,
             optimizer=trainer.optimizers[0] if trainer.optimizers else None,
@@ -493,13 +484,16 @@ class HFFlowCallback(pl.Callback):
             scaler=getattr(trainer.precision_plugin, "scaler", None),
             barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
         )
+        # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
+        checkpoint_io = trainer.strategy.checkpoint_io
+        if not isinstance(checkpoint_io, HFCheckpointIO):
+            checkpoint_io = HFCheckpointIO()
+        checkpoint_io.save_checkpoint(payload, run_dir)
         if should_save:
             rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
                                best_model_checkpoint=state.best_model_checkpoint, use_mtime=True)
 
     def _load_best_model(self, pl_module: pl.LightningModule) -> None:
-        from hf_lightning.checkpointing.format import load_model_weights
-
         load_model_weights(pl_module.model, self.state.best_model_checkpoint, strict=False)
 
     def store_flos(self) -> None:

@@ -15,8 +15,16 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from hf_lightning.checkpointing.format import has_model_weights
+from hf_lightning.checkpointing.format import has_model_weights, write_checkpoint
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, get_last_checkpoint
+
+class HFCheckpoint:
+    """What one ``checkpoint-N`` folder is written from (the keyword arguments of ``write_checkpoint``)."""
+
+    def __init__(self, global_step: int, **contents: Any) -> None:
+        self.global_step = global_step
+        self.contents = contents
+
 
 #: Key of the marker dict that carries the HF checkpoint folder through Lightning's restore.
 HF_CHECKPOINT_KEY = "hf_checkpoint_dir"
@@ -51,7 +59,19 @@ def resolve_resume_checkpoint(resume_from_checkpoint: Any, output_dir: str) -> s
 
 
 class HFCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` that also understands HF ``checkpoint-N`` folders as ``ckpt_path``."""
+    """``TorchCheckpointIO`` that also reads and writes HF ``checkpoint-N`` folders.
+
+    Writing: the flow callback hands :meth:`save_checkpoint` an :class:`HFCheckpoint` payload and the folder is
+    written by :func:`~hf_lightning.checkpointing.format.write_checkpoint` (crash-safe, HF's file set). Subclass
+    and override :meth:`save_checkpoint` / :meth:`load_checkpoint` to send checkpoints elsewhere; pass your
+    instance as ``build_lightning_trainer(args, plugins=[...])``. Lightning ``.ckpt`` dicts are handled as usual.
+    """
+
+    def save_checkpoint(self, checkpoint: Any, path: Any, storage_options: Any = None) -> None:
+        if isinstance(checkpoint, HFCheckpoint):
+            write_checkpoint(path, checkpoint.global_step, **checkpoint.contents)
+            return
+        super().save_checkpoint(checkpoint, path, storage_options=storage_options)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
         if not is_hf_checkpoint_dir(path):

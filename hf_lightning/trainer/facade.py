@@ -24,7 +24,8 @@ from torch import nn
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.datamodule import HFDataModule
-from hf_lightning.module import EvalRequest, HFLightningModule
+from hf_lightning.evaluation import EvalRequest
+from hf_lightning.module import HFLightningModule
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer
 from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
