@@ -7,7 +7,7 @@ automatic optimization cannot look ahead for (``reference/lightning-mapping.md``
 
 The module owns loss, backward, clipping, the optimizer/scheduler step and the evaluation step. *When* to log,
 evaluate or save is decided elsewhere (:mod:`hf_lightning.flow`) and carried out by
-:class:`hf_lightning.callbacks.flow.HFFlowCallback`, which this module tells about HF's per-micro-batch events
+:class:`hf_lightning.callbacks.training_flow.HFFlowCallback`, which this module tells about HF's per-micro-batch events
 through :attr:`event_sink`.
 """
 

@@ -35,7 +35,11 @@ from hf_lightning.checkpointing.format import load_model_weights, load_optimizer
 from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME
 from hf_lightning.checkpointing.rng import restore_rng_state
-from hf_lightning.checkpointing.rotation import final_cleanup_for_limit_one, rotate_checkpoints
+from hf_lightning.checkpointing.rotation import (
+    clean_stale_temporary_folders,
+    final_cleanup_for_limit_one,
+    rotate_checkpoints,
+)
 from hf_lightning.evaluation import EvalRequest
 from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
 from hf_lightning.outputs import TrainOutput, speed_metrics
@@ -214,6 +218,9 @@ class HFFlowCallback(pl.Callback):
         if resuming:
             self._resume_training_state(trainer)
         self.start_time = time.time()
+        if self._should_save():
+            # Folders a killed save or deletion left behind are never picked up, but they take disk space.
+            clean_stale_temporary_folders(args.output_dir, older_than=self.start_time)
         self.control = self.handler.on_train_begin(args, self.state, self.control)
         if getattr(args, "eval_on_start", False):
             self._evaluate(trainer, pl_module, skip_scheduler=True)

@@ -1,6 +1,6 @@
 """hf_lightning imports and trains with ``transformers``, ``accelerate`` and ``datasets`` absent.
 
-They are installed in the test environment, so each check runs in a fresh interpreter that hides them before
+They are installed in the test environment, so the checks run in a fresh interpreter that hides them before
 anything else is imported: every finder on ``sys.meta_path`` is wrapped so that the three packages can neither be
 imported (``ModuleNotFoundError``) nor be seen as installed distributions (``importlib.metadata`` raises
 ``PackageNotFoundError``). Hiding the metadata matters: torchmetrics (imported by Lightning) decides whether to
@@ -16,6 +16,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,23 +100,43 @@ def _run_hidden(body: str, cwd: Path) -> dict:
     return {**json.loads(results[-1][len("RESULT "):]), "stdout": completed.stdout}
 
 
-def test_every_public_name_and_submodule_imports_without_transformers(tmp_path):
-    result = _run_hidden(
-        """
-        import importlib
-        import pkgutil
+# One child interpreter does both checks (starting torch + Lightning costs seconds): every public name and
+# submodule, then ``python -m hf_lightning.demo`` exactly, for 2 steps.
+CHILD = """
+import importlib
+import os
+import pkgutil
+import runpy
 
-        import hf_lightning
+import hf_lightning
 
-        names = {name: type(getattr(hf_lightning, name)).__name__ for name in hf_lightning.__all__}
-        modules = [info.name for info in pkgutil.walk_packages(hf_lightning.__path__, "hf_lightning.")]
-        for module in modules:
-            importlib.import_module(module)
-        report(names=sorted(names), modules=modules, trainer=hf_lightning.Trainer.__module__)
-        """,
-        tmp_path,
-    )
-    assert result["leaked"] == []
+names = {name: type(getattr(hf_lightning, name)).__name__ for name in hf_lightning.__all__}
+modules = [info.name for info in pkgutil.walk_packages(hf_lightning.__path__, "hf_lightning.")]
+for module in modules:
+    importlib.import_module(module)
+leaked_after_import = sorted(m for m in sys.modules if is_hidden(m))
+
+sys.argv = ["hf_lightning.demo", "--output_dir", "demo_output", "--max_steps", "2"]
+runpy.run_module("hf_lightning.demo", run_name="__main__", alter_sys=True)
+report(
+    names=sorted(names),
+    modules=modules,
+    trainer=hf_lightning.Trainer.__module__,
+    leaked_after_import=leaked_after_import,
+    checkpoints=sorted(d for d in os.listdir("demo_output") if d.startswith("checkpoint-")),
+)
+"""
+
+
+@pytest.fixture(scope="module")
+def hidden_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("no_transformers")
+    return run_dir, _run_hidden(CHILD, run_dir)
+
+
+def test_every_public_name_and_submodule_imports_without_transformers(hidden_run):
+    _, result = hidden_run
+    assert result["leaked_after_import"] == []
     assert {"Trainer", "TrainingArguments", "HFLightningModule", "HFDataModule", "build_lightning_trainer"} <= set(
         result["names"]
     )
@@ -122,21 +144,10 @@ def test_every_public_name_and_submodule_imports_without_transformers(tmp_path):
     assert "hf_lightning.demo" in result["modules"]
 
 
-def test_demo_trains_without_transformers(tmp_path):
-    # ``python -m hf_lightning.demo`` exactly, but after the packages are hidden.
-    result = _run_hidden(
-        """
-        import os
-        import runpy
-
-        sys.argv = ["hf_lightning.demo", "--output_dir", "demo_output", "--max_steps", "2"]
-        runpy.run_module("hf_lightning.demo", run_name="__main__", alter_sys=True)
-        report(checkpoints=sorted(d for d in os.listdir("demo_output") if d.startswith("checkpoint-")))
-        """,
-        tmp_path,
-    )
+def test_demo_trains_without_transformers(hidden_run):
+    run_dir, result = hidden_run
     assert result["leaked"] == []
     assert "***** demo summary *****" in result["stdout"]
     assert "eval_loss" in result["stdout"]
     assert result["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
-    assert (tmp_path / "demo_output" / "model.safetensors").is_file()
+    assert (run_dir / "demo_output" / "model.safetensors").is_file()

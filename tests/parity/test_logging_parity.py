@@ -141,7 +141,7 @@ def test_bf16_on_cpu(tmp_path):
         args=dict(BASE, gradient_accumulation_steps=2, num_train_epochs=2, bf16=True, eval_strategy="epoch",
                   per_device_eval_batch_size=4),
     )
-    assert ours.trainer._pl_trainer.precision == "bf16-mixed"
+    assert ours.trainer.lightning_module.trainer.precision == "bf16-mixed"
     assert_parity(hf, ours)
 
 

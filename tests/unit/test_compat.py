@@ -1,0 +1,87 @@
+"""One test per Lightning private that hf_lightning/_compat.py touches, against the installed Lightning."""
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from hf_lightning import _compat
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 1)
+        self.automatic_optimization = False
+        self.seen = []
+        self.val_batches = 0
+
+    def training_step(self, batch, idx):
+        opt = self.optimizers()
+        loss = self.lin(batch[0]).pow(2).mean()
+        self.manual_backward(loss)
+        opt.step()
+        opt.zero_grad()
+
+    def validation_step(self, batch, idx):
+        self.val_batches += 1
+        self.seen.append(_compat.is_last_eval_batch(self.trainer))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _loader(n=8):
+    return DataLoader(TensorDataset(torch.randn(n, 2)), batch_size=2)
+
+
+def _trainer(**kw):
+    return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, **kw)
+
+
+def test_set_fit_limits_stops_at_the_new_max_steps():
+    class Limit(pl.Callback):
+        def setup(self, trainer, pl_module, stage):
+            _compat.set_fit_limits(trainer, max_steps=3, max_epochs=5)
+
+    trainer = _trainer(max_epochs=1, callbacks=[Limit()])
+    trainer.fit(_Tiny(), train_dataloaders=_loader(40))
+    assert trainer.global_step == 3
+
+
+def test_run_validation_in_fit_runs_the_val_loop_inside_a_batch_hook():
+    class Validate(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if trainer.global_step == 2:
+                _compat.run_validation_in_fit(trainer)
+                assert trainer.training
+
+    module = _Tiny()
+    trainer = _trainer(max_steps=4, num_sanity_val_steps=0, check_val_every_n_epoch=10**9,
+                       callbacks=[Validate()])
+    trainer.fit(module, train_dataloaders=_loader(), val_dataloaders=_loader(6))
+    assert module.val_batches == 3
+    assert module.seen == [False, False, True]
+    assert trainer.global_step == 4
+
+
+def test_fast_forward_sets_global_step_and_epoch():
+    class Forward(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            _compat.fast_forward(trainer, global_step=8, epoch=2)
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.epoch = trainer.current_epoch
+            self.step = trainer.global_step
+
+    cb = Forward()
+    trainer = _trainer(max_steps=10, callbacks=[cb])
+    trainer.fit(_Tiny(), train_dataloaders=_loader())
+    assert (cb.epoch, cb.step) == (2, 8)
+    assert trainer.global_step == 10
+
+
+def test_grad_scale_is_none_without_fp16():
+    trainer = _trainer(max_steps=1)
+    trainer.fit(_Tiny(), train_dataloaders=_loader())
+    assert _compat.grad_scale(trainer) is None
