@@ -40,6 +40,10 @@ class EventSink(Protocol):
 
     def on_hf_event(self, event: str, **kwargs: Any) -> None: ...
 
+    def stop_requested(self) -> bool:
+        """Whether a callback raised ``should_epoch_stop`` / ``should_training_stop``."""
+        ...
+
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
@@ -170,7 +174,12 @@ class HFLightningModule(pl.LightningModule):
         if self.plan is None:
             raise RuntimeError("configure_optimizers ran before setup('fit') resolved the training plan.")
         optimizer = self.hooks.create_optimizer()
-        scheduler = self.hooks.create_scheduler(num_training_steps=self.plan.max_steps, optimizer=optimizer)
+        if self._hooks is None:
+            scheduler = self.create_scheduler(num_training_steps=self.plan.max_steps, optimizer=optimizer)
+        else:
+            # HF's Trainer calls create_scheduler(num_training_steps=...) and the scheduler reads self.optimizer,
+            # so an override with HF's signature (no optimizer parameter) keeps working.
+            scheduler = self._hooks.create_scheduler(num_training_steps=self.plan.max_steps)
         # Lightning never steps schedulers under manual optimization; returning it keeps `lr_schedulers()`
         # and Lightning's checkpoint state working.
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -255,9 +264,12 @@ class HFLightningModule(pl.LightningModule):
         """HF's per-micro-batch ``Trainer.training_step``: loss, GA scaling, backward; returns the detached loss."""
         model.train()
         if len(inputs) == 0:
+            from hf_lightning.data.columns import signature_columns
+
             raise ValueError(
-                "The batch received was empty, your model won't be able to train on it. Check that your training "
-                "dataset contains keys the model's forward accepts."
+                "The batch received was empty, your model won't be able to train on it. Double-check that your "
+                "training dataset contains keys expected by the model: "
+                f"{','.join(signature_columns(_unwrap(model), self.label_names))}."
             )
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if getattr(self.args, "n_gpu", 0) > 1:
@@ -291,21 +303,30 @@ class HFLightningModule(pl.LightningModule):
             window = [window]
         self.current_window_len = len(window)
         n_items = self.num_items_in_batch(window)
+        # HF quirk (iterable datasets): a window cut short by the end of the data is not stepped; its gradients
+        # and loss carry into the next epoch's first window (HF only syncs when (step + 1) % GA == 0 there).
+        ga = self.plan.gradient_accumulation_steps if self.plan is not None else len(window)
+        carry_over = self.plan is not None and self.plan.micro_batches_per_epoch is None and len(window) < ga
+        # Lightning's training_step (this method) and HF's per-micro-batch one share a name.
+        hf_step = self.hf_training_step if self._hooks is None else self._hooks.training_step
         losses = []
         for i, inputs in enumerate(window):
             if i == 0:
                 self._emit("on_step_begin")
-            # Every micro-batch but the last skips DDP's gradient all-reduce, as accelerate's no_sync does.
-            last = i == len(window) - 1
-            with _no_sync(self.trainer, self.model, enabled=not last):
-                # Lightning's training_step (this method) and HF's per-micro-batch one share a name.
-                hf_step = self.hf_training_step if self._hooks is None else self._hooks.training_step
-                losses.append(hf_step(self.model, dict(inputs), n_items))
+            losses.append(hf_step(self.model, dict(inputs), n_items))
             self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
-            if not last:
+            syncs = i == len(window) - 1 and not carry_over
+            if not syncs:
                 self._emit("on_substep_end")
+                # HF checks the stop flags after every micro-batch: a stop raised mid-window ends the epoch
+                # before the optimizer steps, leaving that window's gradients in place.
+                if self.event_sink is not None and self.event_sink.stop_requested():
+                    return {"losses": losses, "stepped": False, "micro_batches": i + 1}
+        if carry_over:
+            return {"losses": losses, "stepped": False, "micro_batches": len(window)}
         scale_before = _compat.grad_scale(self.trainer)
-        # Clipping and on_pre_optimizer_step happen inside, in on_before_optimizer_step.
+        # Clipping, the DDP gradient all-reduce and on_pre_optimizer_step happen inside, in
+        # on_before_optimizer_step.
         optimizer.step()
         scale_after = _compat.grad_scale(self.trainer)
         step_skipped = scale_before is not None and scale_after < scale_before
@@ -314,12 +335,19 @@ class HFLightningModule(pl.LightningModule):
         if scheduler is not None and not _is_plateau(scheduler) and not step_skipped:
             scheduler.step()
         optimizer.zero_grad()
-        return {"losses": losses, "grad_norm": self.grad_norm, "learning_rate": learning_rate,
+        return {"losses": losses, "stepped": True, "grad_norm": self.grad_norm, "learning_rate": learning_rate,
                 "micro_batches": len(window)}
+
+    def on_train_start(self) -> None:
+        # One optimizer step spans several backward passes (the window); DDP would all-reduce after the first
+        # one only, so its automatic sync is turned off and the window's gradients are averaged once, below.
+        _compat.disable_ddp_gradient_sync(self.trainer)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Runs inside LightningOptimizer.step after the precision plugin unscaled fp16 grads. HF clips over
         # model.parameters() order (not the optimizer's groups) and logs the pre-clip norm.
+        if self.trainer.world_size > 1:
+            _average_gradients(self.model, self.trainer.world_size)
         max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
             else math.inf
         self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -460,22 +488,15 @@ def _is_plateau(scheduler: Any) -> bool:
     return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) or type(scheduler).__name__ == "GreedyLR"
 
 
-class _no_sync:
-    """DDP's ``no_sync`` for non-final micro-batches (a no-op on one process)."""
+def _average_gradients(model: nn.Module, world_size: int) -> None:
+    """Average gradients over processes as DDP's default hook does: divide by the world size, then sum."""
+    import torch.distributed as dist
 
-    def __init__(self, trainer: pl.Trainer, model: nn.Module, enabled: bool) -> None:
-        self.ctx = None
-        if enabled and trainer is not None and trainer.world_size > 1:
-            wrapped = getattr(trainer.strategy, "model", None)
-            if hasattr(wrapped, "no_sync"):
-                self.ctx = wrapped.no_sync()
-
-    def __enter__(self):
-        if self.ctx is not None:
-            self.ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            return self.ctx.__exit__(*exc)
-        return False
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch._utils._flatten_dense_tensors(grads)
+    flat.div_(world_size)
+    dist.all_reduce(flat)
+    for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+        grad.copy_(synced)

@@ -267,8 +267,17 @@ class HFFlowCallback(pl.Callback):
             self.state.num_input_tokens_seen += _count_tokens(module, inputs, mode, self.processing_class,
                                                               self._trainer)
 
+    def stop_requested(self) -> bool:
+        return bool(self.control.should_epoch_stop or self.control.should_training_stop)
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        if not outputs["stepped"]:
+            # The window ended without an optimizer step (a stop raised mid-window, or HF's carried-over partial
+            # window of an iterable dataset): no on_step_end, nothing logged or saved.
+            if self.stop_requested():
+                pl_module.stop_epoch_requested = True
+            return
         plan = pl_module.plan
         self.state.global_step = trainer.global_step
         self.state.epoch = trainer.current_epoch + self.micro_in_epoch / plan.steps_in_epoch

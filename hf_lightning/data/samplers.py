@@ -18,6 +18,7 @@ from torch.utils.data import Sampler
 __all__ = [
     "LengthGroupedSampler",
     "SeedableRandomSampler",
+    "ShardedBatchSampler",
     "eval_length_grouped_sampler",
     "get_length_grouped_indices",
 ]
@@ -190,3 +191,79 @@ def eval_length_grouped_sampler(
         model_input_name=model_input_name,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+class ShardedBatchSampler:
+    """Deal a batch sampler's batches round-robin over processes, as HF's Trainer does through accelerate.
+
+    Batch ``i`` of the (identical on every process) batch sequence goes to process ``i % num_processes``.
+    With ``even_batches`` (accelerate's default) and ``drop_last=False`` every process gets the same number of
+    full batches: the last, incomplete round is completed with indices cycled from the start of the sequence
+    (evaluation later drops those duplicates). With ``drop_last=True`` an incomplete last round is dropped.
+
+    Args:
+        batch_sampler: yields lists of indices of ``batch_size`` (the last one may be shorter).
+        num_processes: data-parallel world size.
+        process_index: this process's rank.
+        even_batches: complete the last round so that every process gets the same number of batches.
+    """
+
+    def __init__(self, batch_sampler: Any, num_processes: int, process_index: int, even_batches: bool = True) -> None:
+        if not 0 <= process_index < num_processes:
+            raise ValueError(f"process_index must be in [0, {num_processes}), got {process_index}.")
+        self.batch_sampler = batch_sampler
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.even_batches = even_batches
+        self.batch_size = batch_sampler.batch_size
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+
+    @property
+    def sampler(self) -> Any:
+        # Lightning's set_epoch reaches the shuffling sampler through dl.batch_sampler.sampler.
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def __len__(self) -> int:
+        total, world = len(self.batch_sampler), self.num_processes
+        if total % world == 0 or self.drop_last:
+            return total // world
+        if self.even_batches:
+            return total // world + 1
+        return total // world + (1 if self.process_index < total % world else 0)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world, rank, size = self.num_processes, self.process_index, self.batch_size
+        head: list[int] = []  # indices of the first round, reused to complete the last one
+        mine = None
+        idx = -1
+        batch: list[int] = []
+        for idx, batch in enumerate(self.batch_sampler):
+            if not self.drop_last and idx < world:
+                head += batch
+            if idx % world == rank:
+                mine = batch
+            if idx % world == world - 1 and len(batch) == size:
+                yield mine
+                mine = None
+        if self.drop_last or not head:
+            return
+        if not self.even_batches:
+            if mine:
+                yield mine
+            return
+        if mine and len(mine) == size:
+            yield mine
+        while len(head) < world * size:
+            head += head
+        if len(batch) == size:
+            batch = []
+            idx += 1
+        cursor = 0
+        while idx % world != 0 or batch:
+            end = cursor + size - len(batch)
+            batch = batch + head[cursor:end]
+            if idx % world == rank:
+                yield batch
+            cursor = end
+            batch = []
+            idx += 1

@@ -23,6 +23,7 @@ from torch import nn
 
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
+from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
 from hf_lightning.evaluation import EvalRequest
 from hf_lightning.module import HFLightningModule
@@ -111,6 +112,10 @@ class Trainer:
             model = model_init()
         self.model = model
         self.model_init = model_init
+        if data_collator is None:
+            # HF's default: pad through a processing class that can pad, else default_data_collator.
+            can_pad = processing_class is not None and hasattr(processing_class, "pad")
+            data_collator = DataCollatorWithPadding(processing_class) if can_pad else default_data_collator
         self.data_collator = data_collator
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
@@ -265,7 +270,7 @@ class Trainer:
         """HF's ``prediction_step``: ``(loss, logits, labels)``."""
         return self.lightning_module.prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
-    def create_optimizer(self) -> torch.optim.Optimizer:
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """Build (once) and return the optimizer, as HF's ``create_optimizer``."""
         if self.optimizer is None:
             self.optimizer = self.lightning_module.create_optimizer()

@@ -129,13 +129,7 @@ TRAINER_ERRORS = [
      r"report_to='no_such_logger' is not supported by hf_lightning\. Supported: \['csv', 'tensorboard'\]"),
 ]
 
-_XFAIL = {
-    "no_usable_columns": (
-        "hf_lightning/module.py:259 says the batch was empty but not which keys the model accepts; HF's message "
-        "lists them ('...contains keys expected by the model: x,labels,label,labels,label_ids'). The columns are "
-        "known in HFDataModule (data/columns.py signature_columns) and could be named, or checked before fit"
-    ),
-}
+_XFAIL: dict[str, str] = {}
 
 
 def _params(table):

@@ -144,12 +144,6 @@ def test_should_epoch_stop_in_on_step_end(tmp_path):
     _assert_same_run(hf, ours)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HF breaks out of the window right after on_substep_end when a stop flag is up (trainer.py:1963): the window "
-    "is never stepped, its micro-batch loss stays in tr_loss and its gradients are not zeroed. Ours only looks "
-    "at the flags after the whole window (hf_lightning/module.py:287 training_step runs every micro-batch, then "
-    "optimizer.step; stop_epoch_requested is set in callbacks/training_flow.py:273 after on_step_end), so it "
-    "runs one extra optimizer step"))
 @pytest.mark.parametrize("flag", ["should_epoch_stop", "should_training_stop"])
 def test_stop_flag_raised_inside_an_accumulation_window(tmp_path, flag):
     """HF checks the stop flags after every micro-batch, so a flag from ``on_substep_end`` cuts the window."""

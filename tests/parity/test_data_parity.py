@@ -276,12 +276,10 @@ def test_iterable_dataset_whole_windows(tmp_path):
     assert [round(e["epoch"], 4) for e in hf.log_history[:5]] == [0.2, 0.4, 1.2, 1.4, 2.2]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="P11 (reference/lightning-mapping.md §11): with an IterableDataset HF only "
-                   "steps when (step+1) % GA == 0, so a partial window at the end of the data is not stepped and its "
-                   "gradients and loss carry into the next pass's first window; hf_lightning steps the partial window "
-                   "(data/windows.py WindowedLoader yields it, module.py training_step always calls optimizer.step).")
-def test_iterable_dataset_partial_window_known_difference(tmp_path):
-    """18 rows, B=4: 5 micro-batches per pass, GA=2 leaves a one-batch window at the end of each pass."""
+
+
+def test_iterable_dataset_partial_window_carries_over(tmp_path):
+    """HF quirk P11 reproduced: 18 rows, B=4: 5 micro-batches per pass, GA=2 leaves a one-batch window at the end of each pass."""
     hf, ours = run_pair(
         lambda: tiny_gpt2(), tmp_path, train_dataset=ListIterable(_lm_rows(18)),
         args=dict(BASE, gradient_accumulation_steps=2, max_steps=5),
@@ -289,15 +287,15 @@ def test_iterable_dataset_partial_window_known_difference(tmp_path):
     assert_parity(hf, ours)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="HF 5.23 (_get_train_sampler) only warns that group_by_length is ignored for a "
-                   "dataset without __len__ and trains in the dataset's own order; hf_lightning's Trainer raises "
-                   "ValueError in trainer/facade.py:169 (_validate) before training.")
-def test_group_by_length_ignored_for_iterable_dataset(tmp_path):
-    hf, ours = run_pair(
-        lambda: tiny_gpt2(), tmp_path, train_dataset=ListIterable(_lm_rows(16)),
-        args=dict(BASE, gradient_accumulation_steps=2, max_steps=3, train_sampling_strategy="group_by_length"),
-    )
-    assert_parity(hf, ours)
+def test_group_by_length_with_iterable_dataset_is_refused(tmp_path):
+    """A documented difference: HF 5.23 only warns that group_by_length is ignored for a dataset without a length
+    and trains in the dataset's own order; we refuse before any work, naming the argument."""
+    import hf_lightning
+
+    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
+                                          max_steps=3, train_sampling_strategy="group_by_length")
+    with pytest.raises(ValueError, match="group_by_length"):
+        hf_lightning.Trainer(model=tiny_gpt2(), args=args, train_dataset=ListIterable(_lm_rows(16)))
 
 
 # ---------------------------------------------------------------------------------------------- eval datasets
@@ -316,11 +314,15 @@ def test_eval_dataset_dict_with_steps_strategy(tmp_path):
     assert len(evals) == 2 * 3
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="HF evaluates the dict's datasets one after another (a's prediction steps, "
-                   "a's on_log/on_evaluate, then b's); hf_lightning runs every eval dataloader in one Lightning "
-                   "validation pass first and logs each set afterwards (callbacks/training_flow.py:391 "
-                   "run_validation_in_fit, then the loop at :396), so a callback sees all on_prediction_step events "
-                   "before the first on_evaluate.")
+EVAL_DICT_EVENT_ORDER = (
+    "HF evaluates the dict's datasets one after another (a's prediction steps, a's on_log/on_evaluate, "
+    "then b's); hf_lightning runs every eval dataloader in one Lightning validation pass first and logs "
+    "each set afterwards (callbacks/training_flow.py:391 run_validation_in_fit, then the loop at :396), "
+    "so a callback sees all on_prediction_step events before the first on_evaluate."
+)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=EVAL_DICT_EVENT_ORDER)
 def test_eval_dataset_dict_callback_event_order(tmp_path):
     train, eval_a = lm_data(n_train=8, n_eval=4)
     _, eval_b = lm_data(n_train=0, n_eval=4, seed=9)

@@ -141,10 +141,6 @@ def test_create_optimizer_and_scheduler_overrides_together(tmp_path):
     assert ours.trainer.override_calls == {"create_optimizer": 1, "create_scheduler": 1}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hf_lightning/module.py:173 (configure_optimizers) calls hooks.create_scheduler(num_training_steps=..., "
-    "optimizer=...), but HF calls create_scheduler(num_training_steps=max_steps) only (trainer.py:1770), so an "
-    "override without an `optimizer` parameter raises TypeError in ours"))
 def test_create_scheduler_override_without_optimizer_param(tmp_path):
     hf, ours = _regression_pair(tmp_path, _StepLRSchedulerNoOptimizerParam)
     assert_parity(hf, ours)
@@ -159,10 +155,6 @@ def test_sequential_train_loader_changes_the_order(tmp_path):
     assert ours.trainer.override_calls == hf.trainer.override_calls == {"get_train_dataloader": 1}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hf_lightning/trainer/facade.py:112 stores data_collator as given (None); HF sets "
-    "default_data_collator (or DataCollatorWithPadding(processing_class)) at __init__, and HFDataModule only "
-    "resolves the default privately, so `self.data_collator` in a subclass is None"))
 def test_data_collator_attribute_defaults_like_hf(tmp_path):
     """A subclass body that reads ``self.data_collator`` gets HF's default collator, not ``None``."""
     import transformers
