@@ -92,7 +92,6 @@ def run_resume(contender: str, workload: Workload, output_dir: str, checkpoint: 
         def on_step_begin(self, args, state, control, **kwargs):
             if self.first is None:
                 self.first = time.perf_counter()
-                control.should_training_stop = True
 
     first = FirstStep()
     done = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0

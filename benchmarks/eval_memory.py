@@ -54,9 +54,10 @@ def token_accuracy_metric():
             self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
 
         def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-            if isinstance(preds, (tuple, list)):
-                preds = preds[0]
-            predicted = preds.argmax(-1)[:, :-1]
+            # hf_lightning hands over class ids (argmax of the logits); take logits too.
+            if preds.dim() == target.dim() + 1:
+                preds = preds.argmax(-1)
+            predicted = preds[:, :-1]
             labels = target[:, 1:]
             mask = labels != -100
             self.correct += (predicted[mask] == labels[mask]).sum()

@@ -4,6 +4,10 @@ Pure torch/numpy; the Lightning module feeds it one ``prediction_step`` result p
 metrics back. Rules follow HF 5.x (reference §8.2): the batch loss is repeated once per sample so ``eval_loss``
 is the sample-weighted mean, tensors of different sequence lengths are concatenated with ``-100`` padding on
 dim 1, ``compute_metrics`` receives numpy arrays in an ``EvalPrediction``, and every metric key is prefixed.
+
+Beyond HF, streaming ``torchmetrics`` metrics are updated per batch on the model's device and computed once at
+the end (torchmetrics syncs them across processes); without ``compute_metrics`` nothing else is kept, so
+evaluation memory does not grow with the eval set.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torchmetrics import Metric, MetricCollection
 
 from hf_lightning.outputs import EvalPrediction, denumpify_detensorize
 
@@ -20,11 +25,69 @@ PAD_INDEX = -100
 
 
 class EvalRequest:
-    """What the caller of an evaluation asked for (HF's ``evaluate`` arguments the step needs)."""
+    """What the caller of an evaluation asked for (HF's ``evaluate`` / ``predict`` arguments the step needs).
 
-    def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None) -> None:
+    Args:
+        prediction_loss_only: ``None`` defers to the module (loss only when nothing consumes predictions).
+        ignore_keys: output keys left out of the predictions.
+        keep_predictions: gather predictions/labels even when no metric needs them (``predict()``); ``None``
+            lets the loop decide (Lightning's test loop keeps them, the validation loop does not).
+    """
+
+    def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None,
+                 keep_predictions: bool | None = None) -> None:
         self.prediction_loss_only = prediction_loss_only
         self.ignore_keys = ignore_keys
+        self.keep_predictions = keep_predictions
+
+
+def as_metric_collection(metrics: Any) -> MetricCollection | None:
+    """Normalise a ``metrics=`` argument into a ``MetricCollection`` (or ``None``).
+
+    A single ``Metric`` is keyed by its class name (torchmetrics' own rule); a dict gives the names.
+
+    Raises:
+        TypeError: for anything that is not a torchmetrics ``Metric``, ``MetricCollection`` or dict of them.
+    """
+    if metrics is None or isinstance(metrics, MetricCollection):
+        return metrics
+    if isinstance(metrics, Metric):
+        return MetricCollection([metrics])
+    if isinstance(metrics, Mapping) and all(isinstance(m, (Metric, MetricCollection)) for m in metrics.values()):
+        return MetricCollection(dict(metrics))
+    raise TypeError(
+        f"`metrics` must be a torchmetrics Metric, a MetricCollection or a dict name -> Metric; got "
+        f"{type(metrics).__name__}. Use compute_metrics= for a plain function."
+    )
+
+
+def streaming_update_args(logits: Any, labels: Any, preprocessed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(preds, target)`` for ``Metric.update`` from one batch's logits and labels.
+
+    Float logits with a class dimension become class ids (argmax over the last dim) unless
+    ``preprocess_logits_for_metrics`` already produced the predictions.
+
+    Raises:
+        ValueError: when the model gives several outputs or label tensors (question answering, extra outputs):
+            streaming metrics take one prediction tensor and one label tensor per batch.
+    """
+    if isinstance(logits, (tuple, list)) or isinstance(labels, (tuple, list)):
+        raise ValueError(
+            "Streaming `metrics` need one prediction tensor and one label tensor per batch, but this model gives "
+            f"{len(logits) if isinstance(logits, (tuple, list)) else 1} output(s) and "
+            f"{len(labels) if isinstance(labels, (tuple, list)) else 1} label tensor(s). Pass "
+            "`preprocess_logits_for_metrics` returning one tensor, set `label_names` to one label, or use "
+            "`compute_metrics`."
+        )
+    if not preprocessed and logits.is_floating_point() and logits.dim() >= 2:
+        logits = logits.argmax(dim=-1)
+    return logits, labels
+
+
+def _metric_value(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.detach().cpu().tolist()
+    return value
 
 
 def _pad_and_cat(a: torch.Tensor, b: torch.Tensor, padding_index: int = PAD_INDEX) -> torch.Tensor:
@@ -121,17 +184,25 @@ class EvalAccumulator:
         args: ``TrainingArguments``-like (``eval_do_concat_batches``, ``eval_accumulation_steps``,
             ``include_for_metrics``, ``batch_eval_metrics``, ``logging_nan_inf_filter``).
         compute_metrics: the user's ``compute_metrics`` or ``None``.
-        preprocess_logits_for_metrics: applied to logits per batch before they are kept.
-        keep_predictions: keep logits/labels even with ``batch_eval_metrics`` (``predict()`` does).
+        preprocess_logits_for_metrics: applied to logits per batch before they are kept or streamed.
+        keep_predictions: keep logits/labels even when no ``compute_metrics`` needs them (``predict()`` does).
+        metrics: streaming ``torchmetrics`` metrics owned by this pass (see :func:`as_metric_collection`; updated
+            in place, so pass a fresh clone).
     """
 
     def __init__(self, args, compute_metrics: Callable | None = None,
-                 preprocess_logits_for_metrics: Callable | None = None, keep_predictions: bool = False) -> None:
+                 preprocess_logits_for_metrics: Callable | None = None, keep_predictions: bool = False,
+                 metrics: Metric | MetricCollection | Mapping[str, Metric] | None = None) -> None:
         concat = getattr(args, "eval_do_concat_batches", True)
         self.args = args
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
-        self.keep_predictions = keep_predictions or not getattr(args, "batch_eval_metrics", False)
+        self.batch_eval_metrics = bool(getattr(args, "batch_eval_metrics", False))
+        # HF gathers for compute_metrics (unless it runs per batch) and for predict(); streaming metrics alone
+        # keep nothing, which is what bounds their memory.
+        self.keep_predictions = keep_predictions or (compute_metrics is not None and not self.batch_eval_metrics)
+        self.metrics = as_metric_collection(metrics)
+        self.metric_updates = 0
         self.losses = _Container(concat)
         self.preds = _Container(concat)
         self.labels = _Container(concat)
@@ -145,6 +216,7 @@ class EvalAccumulator:
         """Record one ``prediction_step`` result (``batch_size`` = samples in this batch)."""
         self.observed += batch_size
         self.steps += 1
+        losses = None
         if loss is not None:
             # HF repeats the batch loss once per sample, which makes eval_loss the sample-weighted mean.
             losses = loss.detach().reshape(1).repeat(batch_size)
@@ -155,26 +227,34 @@ class EvalAccumulator:
             self.inputs.add(inputs_for_metrics)
             self.preds.add(logits)
             self.labels.add(labels)
+        if self.metrics is not None and logits is not None and labels is not None:
+            preds, target = streaming_update_args(logits, labels, self.preprocess_logits_for_metrics is not None)
+            self.metrics.update(preds, target)
+            self.metric_updates += 1
         include = getattr(self.args, "include_for_metrics", []) or []
-        if getattr(self.args, "batch_eval_metrics", False) and self.compute_metrics is not None \
+        if self.batch_eval_metrics and self.compute_metrics is not None \
                 and logits is not None and labels is not None:
             self.batch_metrics = self.compute_metrics(
                 EvalPrediction(
                     predictions=logits,
                     label_ids=labels,
-                    losses=loss if "loss" in include else None,
+                    losses=losses if "loss" in include else None,
                     inputs=raw_inputs if "inputs" in include else None,
                 ),
                 compute_result=is_last,
             )
         steps = getattr(self.args, "eval_accumulation_steps", None)
-        if steps is not None and self.steps % steps == 0:
+        if steps is not None and not self.batch_eval_metrics and self.steps % steps == 0:
             for c in (self.losses, self.preds, self.labels, self.inputs):
                 c.to_numpy()
 
-    def finalize(self, metric_key_prefix: str = "eval", num_samples: int | None = None,
-                 compute: bool = True) -> tuple[Any, Any, dict[str, Any], int]:
-        """Return ``(predictions, label_ids, metrics, num_samples)`` as HF's ``EvalLoopOutput`` holds them."""
+    def finalize(self, metric_key_prefix: str = "eval", num_samples: int | None = None, compute: bool = True,
+                 model_preparation_time: float | None = None) -> tuple[Any, Any, dict[str, Any], int]:
+        """Return ``(predictions, label_ids, metrics, num_samples)`` as HF's ``EvalLoopOutput`` holds them.
+
+        Metric keys come in HF's order: ``compute_metrics``' keys (then the streaming metrics') are renamed with the
+        prefix and moved after ``{prefix}_loss`` and ``{prefix}_model_preparation_time``.
+        """
         all_losses = self.losses.get()
         all_preds = self.preds.get()
         all_labels = self.labels.get()
@@ -184,7 +264,7 @@ class EvalAccumulator:
         include = getattr(self.args, "include_for_metrics", []) or []
         metrics: Any = None
         if compute and self.compute_metrics is not None and all_preds is not None and all_labels is not None \
-                and not getattr(self.args, "batch_eval_metrics", False):
+                and not self.batch_eval_metrics:
             metrics = self.compute_metrics(
                 EvalPrediction(
                     predictions=all_preds,
@@ -196,12 +276,18 @@ class EvalAccumulator:
         elif self.batch_metrics is not None:
             metrics = self.batch_metrics
         metrics = denumpify_detensorize(dict(metrics or {}))
+        if compute and self.metrics is not None and self.metric_updates:
+            for name, value in self.metrics.compute().items():
+                metrics[name] = _metric_value(value)
+            self.metrics.reset()
         losses = np.concatenate(all_losses) if isinstance(all_losses, list) and all_losses else all_losses
         if isinstance(losses, np.ndarray):
             finite = np.isfinite(losses)
             if getattr(self.args, "logging_nan_inf_filter", True) and finite.any():
                 losses = losses[finite]
             metrics[f"{metric_key_prefix}_loss"] = losses.mean().item()
+        if model_preparation_time is not None:
+            metrics[f"{metric_key_prefix}_model_preparation_time"] = model_preparation_time
         for key in list(metrics.keys()):
             if not key.startswith(f"{metric_key_prefix}_"):
                 metrics[f"{metric_key_prefix}_{key}"] = metrics.pop(key)

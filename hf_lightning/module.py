@@ -25,7 +25,13 @@ from hf_lightning import _compat
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
-from hf_lightning.evaluation import EvalAccumulator, EvalRequest, find_batch_size, nested_detach
+from hf_lightning.evaluation import (
+    EvalAccumulator,
+    EvalRequest,
+    as_metric_collection,
+    find_batch_size,
+    nested_detach,
+)
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler
 
@@ -61,6 +67,12 @@ class HFLightningModule(pl.LightningModule):
         preprocess_logits_for_metrics: ``fn(logits, labels) -> logits`` applied per evaluation batch.
         optimizers: ``(optimizer, scheduler)``; either may be ``None`` to build it from ``args``.
         optimizer_cls_and_kwargs: ``(cls, kwargs)`` replacing ``args.optim``.
+        metrics: streaming ``torchmetrics`` metrics (hf_lightning only): a ``Metric``, a ``MetricCollection`` or a
+            dict ``name -> Metric``. Each evaluation batch calls ``update(preds, labels)`` on the model's device,
+            where ``preds`` is the output of ``preprocess_logits_for_metrics`` when given, else the argmax over the
+            last dim of float logits with a class dim (other outputs as they are); the results land in the metrics
+            as ``eval_<name>`` (a single ``Metric`` is named after its class). Without ``compute_metrics`` no
+            logits or labels are kept, so evaluation memory stays flat; torchmetrics syncs across processes.
         hooks: the object whose ``compute_loss`` / ``training_step`` / ``prediction_step`` /
             ``create_optimizer`` / ``create_scheduler`` are called (the HF-style ``Trainer`` facade passes itself so
             a subclass's overrides are used). Defaults to this module.
@@ -81,6 +93,7 @@ class HFLightningModule(pl.LightningModule):
         optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
         optimizer_cls_and_kwargs: tuple[type, dict] | None = None,
         hooks: Any = None,
+        metrics: Any = None,
     ) -> None:
         super().__init__()
         if model is None:
@@ -90,6 +103,8 @@ class HFLightningModule(pl.LightningModule):
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        # A child module, so Lightning moves the metric states to the model's device.
+        self.metrics = as_metric_collection(metrics)
         self.given_optimizer, self.given_scheduler = optimizers if optimizers is not None else (None, None)
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         # Not stored when it is the module itself: an nn.Module attribute pointing to itself would recurse.
@@ -127,6 +142,9 @@ class HFLightningModule(pl.LightningModule):
         self.grad_norm: torch.Tensor | None = None
         self.current_window_len = 1
         self.eval_request = EvalRequest()
+        #: Called as ``fn(dataloader_idx, accumulator)`` once a dataloader's last batch is evaluated (the flow
+        #: callback logs each eval dataset there, in HF's order); ``None`` leaves the accumulators in place.
+        self.eval_dataloader_end: Callable[[int, EvalAccumulator], None] | None = None
         self.eval_accumulators: dict[int, EvalAccumulator] = {}
         self.stop_epoch_requested = False
         self._flos_per_token: float | None = None
@@ -419,26 +437,33 @@ class HFLightningModule(pl.LightningModule):
         self.eval_accumulators = {}
 
     def validation_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, dataloader_idx, keep_predictions=False)
+        self._eval_step(batch, batch_idx, dataloader_idx, default_keep=False)
 
     def on_test_start(self) -> None:
         self.eval_accumulators = {}
 
     def test_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
-        # predict() runs on Lightning's test loop: it keeps predictions and computes metrics, as HF's does.
-        self._eval_step(batch, dataloader_idx, keep_predictions=True)
+        # The facade runs evaluate() and predict() on Lightning's test loop; a plain `trainer.test` keeps the
+        # predictions as HF's predict() does.
+        self._eval_step(batch, batch_idx, dataloader_idx, default_keep=True)
 
-    def _eval_step(self, batch: Mapping, dataloader_idx: int, keep_predictions: bool) -> None:
+    def _eval_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int, default_keep: bool) -> None:
         request = self.eval_request
+        keep = default_keep if request.keep_predictions is None else request.keep_predictions
+        # Dataloaders run one after another: an earlier one still open ended without a known length.
+        for idx in [i for i in self.eval_accumulators if i < dataloader_idx]:
+            self._finish_eval_dataloader(idx)
         acc = self.eval_accumulators.get(dataloader_idx)
         if acc is None:
             acc = self.eval_accumulators[dataloader_idx] = EvalAccumulator(
-                self.args, self.compute_metrics, self.preprocess_logits_for_metrics, keep_predictions
+                self.args, self.compute_metrics, self.preprocess_logits_for_metrics, keep,
+                metrics=self.metrics.clone() if self.metrics is not None else None,
             )
         prediction_loss_only = request.prediction_loss_only
         if prediction_loss_only is None:
-            prediction_loss_only = True if self.compute_metrics is None and not keep_predictions \
-                else bool(getattr(self.args, "prediction_loss_only", False))
+            # HF skips the logits when nothing would read them.
+            wants_outputs = keep or self.compute_metrics is not None or self.metrics is not None
+            prediction_loss_only = bool(getattr(self.args, "prediction_loss_only", False)) if wants_outputs else True
         self.model.eval()
         inputs = dict(batch)
         loss, logits, labels = self.hooks.prediction_step(self.model, inputs, prediction_loss_only,
@@ -447,12 +472,26 @@ class HFLightningModule(pl.LightningModule):
         main_input = getattr(_unwrap(self.model), "main_input_name", "input_ids")
         inputs_for_metrics = batch.get(main_input) if "inputs" in include else None
         batch_size = find_batch_size(batch) or 1
-        acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
-                is_last=self._is_last_eval_batch())
+        is_last = self._is_last_eval_batch(batch_idx, dataloader_idx)
+        # HF fires on_prediction_step before a batch-wise compute_metrics runs.
         self._emit("on_prediction_step")
+        acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
+                is_last=is_last)
+        if is_last:
+            self._finish_eval_dataloader(dataloader_idx)
 
-    def _is_last_eval_batch(self) -> bool:
-        return _compat.is_last_eval_batch(self.trainer)
+    def _finish_eval_dataloader(self, dataloader_idx: int) -> None:
+        if self.eval_dataloader_end is not None and dataloader_idx in self.eval_accumulators:
+            self.eval_dataloader_end(dataloader_idx, self.eval_accumulators.pop(dataloader_idx))
+
+    def _is_last_eval_batch(self, batch_idx: int, dataloader_idx: int) -> bool:
+        # HF evaluates each dataset on its own, so "last" is per dataloader; Lightning's own flag only marks the
+        # end of all of them, which is the answer left for a dataloader without a length.
+        trainer = self.trainer
+        counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
+        if dataloader_idx < len(counts) and math.isfinite(counts[dataloader_idx]):
+            return batch_idx + 1 >= counts[dataloader_idx]
+        return _compat.is_last_eval_batch(trainer)
 
 
 def _loss_from_outputs(outputs: Any, inputs: Mapping) -> torch.Tensor:

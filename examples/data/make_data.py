@@ -73,13 +73,14 @@ FILLER = ["it arrived on tuesday .", "i use it every day .", "my sister has one 
 
 def _review(rng: random.Random, positive: bool) -> str:
     product, aspect = rng.choice(PRODUCTS), rng.choice(ASPECTS)
-    if rng.random() < 0.25:
+    if rng.random() < 0.35:
         # Negation flips the word that carries the sentiment.
         core = f"the {aspect} is not {rng.choice(BAD if positive else GOOD)} ."
     else:
         core = f"the {aspect} is {rng.choice(GOOD if positive else BAD)} ."
-    closing = rng.choice(PRAISE if positive else COMPLAINT).format(p=product)
-    parts = [f"i bought this {product} .", core, closing]
+    parts = [f"i bought this {product} .", core]
+    if rng.random() < 0.4:
+        parts.append(rng.choice(PRAISE if positive else COMPLAINT).format(p=product))
     if rng.random() < 0.5:
         parts.insert(rng.randrange(1, 3), rng.choice(FILLER))
     return " ".join(parts[1:] if rng.random() < 0.5 else parts)

@@ -389,36 +389,47 @@ class HFFlowCallback(pl.Callback):
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-        """HF's ``evaluate`` during training: Lightning's validation loop over the eval dataset(s)."""
+        """HF's ``evaluate`` during training: Lightning's validation loop over the eval dataset(s).
+
+        Each dataset is logged and announced (``on_log``, ``on_evaluate``) as soon as its last batch has been
+        evaluated, inside the loop, so a dict of datasets gives HF's event order: the first set's
+        ``on_prediction_step``s, its ``on_log`` / ``on_evaluate``, then the next set's.
+        """
         trainer, module = self._trainer, self._module
         if eval_dataset is not None:
             raise ValueError("Evaluating another dataset while training is not supported; pass it to "
                              "Trainer.evaluate() after train().")
-        module.eval_request = EvalRequest(
-            prediction_loss_only=True if module.compute_metrics is None else None, ignore_keys=ignore_keys
-        )
+        wants_outputs = module.compute_metrics is not None or module.metrics is not None
+        module.eval_request = EvalRequest(prediction_loss_only=None if wants_outputs else True,
+                                          ignore_keys=ignore_keys, keep_predictions=False)
         datamodule = trainer.datamodule
-        start = time.time()
-        _compat.run_validation_in_fit(trainer)
-        elapsed = time.time() - start
+        names, datasets = datamodule.eval_names, datamodule.eval_datasets()
+        # Set on the HF-style facade when its first evaluation ran before training; HF reports it from then on.
+        preparation = getattr(self.hooks, "model_preparation_time", None)
+        total_batch = self.args.eval_batch_size * trainer.world_size
         all_metrics: dict[str, float] = {}
-        names = datamodule.eval_names
-        datasets = datamodule.eval_datasets()
-        for idx, name in enumerate(names):
-            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
-            acc = module.eval_accumulators.get(idx)
-            if acc is None:
-                continue
+        started = [time.time()]
+
+        def finish(idx: int, acc: Any) -> None:
+            prefix = metric_key_prefix if names[idx] is None else f"{metric_key_prefix}_{names[idx]}"
             size = len(datasets[idx]) if hasattr(datasets[idx], "__len__") else None
-            _, _, metrics, num_samples = acc.finalize(prefix, num_samples=size)
-            total_batch = self.args.eval_batch_size * trainer.world_size
-            share = elapsed * (acc.steps / max(sum(a.steps for a in module.eval_accumulators.values()), 1))
-            metrics.update(speed_metrics(prefix, time.time() - share, num_samples=num_samples,
+            _, _, metrics, num_samples = acc.finalize(prefix, num_samples=size, model_preparation_time=preparation)
+            metrics.update(speed_metrics(prefix, started[0], num_samples=num_samples,
                                          num_steps=math.ceil(num_samples / total_batch)))
             self._log(metrics)
             self.control = self.handler.on_evaluate(self.args, self.state, self.control, metrics)
             all_metrics.update(metrics)
-        module.eval_accumulators = {}
+            started[0] = time.time()
+
+        module.eval_dataloader_end = finish
+        try:
+            _compat.run_validation_in_fit(trainer)
+            # A last dataloader without a length is only known to be done once the loop returns.
+            for idx in sorted(module.eval_accumulators):
+                finish(idx, module.eval_accumulators[idx])
+        finally:
+            module.eval_dataloader_end = None
+            module.eval_accumulators = {}
         return all_metrics
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

@@ -15,11 +15,11 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
-from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler
+from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
 from hf_lightning.data.windows import WindowedLoader
 
 
@@ -86,7 +86,6 @@ class HFDataModule(pl.LightningDataModule):
         self.label_names: list[str] | None = list(args.label_names) if getattr(args, "label_names", None) else None
         self._train_loader: DataLoader | None = None
         self._signature: list[str] | None = None
-        self.rank = 0
         #: Windows (optimizer steps) of the first epoch to skip when resuming mid-epoch; set by the flow callback.
         self.resume_windows = 0
 
@@ -174,15 +173,33 @@ class HFDataModule(pl.LightningDataModule):
                 )
             kwargs = self._loader_kwargs()
             sampler = self._train_sampler(dataset)
+            world, rank = self._layout()
+            batch_size = self.args.train_batch_size
             if sampler is not None:
-                kwargs["sampler"] = sampler
-                kwargs["drop_last"] = bool(getattr(self.args, "dataloader_drop_last", False))
+                drop_last = bool(getattr(self.args, "dataloader_drop_last", False))
                 if kwargs["num_workers"] > 0:
-                    kwargs["worker_init_fn"] = lambda wid: _seed_worker(wid, kwargs["num_workers"], self.rank)
-            self._train_loader = DataLoader(
-                dataset, batch_size=self.args.train_batch_size, collate_fn=collator, **kwargs
-            )
+                    kwargs["worker_init_fn"] = lambda wid: _seed_worker(wid, kwargs["num_workers"], rank)
+                if world > 1:
+                    # Every process draws the same shuffle; batch i goes to process i % world (accelerate's way).
+                    kwargs["batch_sampler"] = ShardedBatchSampler(BatchSampler(sampler, batch_size, drop_last),
+                                                                  world, rank)
+                    batch_size = 1  # DataLoader's default; it must stay untouched next to a batch_sampler
+                else:
+                    kwargs.update(sampler=sampler, drop_last=drop_last)
+            elif world > 1:
+                raise ValueError(
+                    "An IterableDataset train_dataset is not supported with several processes yet: pass a map-style "
+                    "dataset (with __len__ and __getitem__), or train on one process."
+                )
+            self._train_loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collator, **kwargs)
         return self._train_loader
+
+    def _layout(self) -> tuple[int, int]:
+        """``(world size, rank)`` of the Lightning run this datamodule is attached to (1, 0 before that)."""
+        trainer = self.trainer
+        if trainer is None:
+            return 1, 0
+        return trainer.world_size, trainer.global_rank
 
     def train_micro_batches(self) -> int | None:
         """``len(train_dataloader)`` in micro-batches, or ``None`` for an unsized dataset."""

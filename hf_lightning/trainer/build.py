@@ -13,6 +13,7 @@ from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.loggers import build_loggers
 from hf_lightning.seed import enable_full_determinism, set_seed
+from hf_lightning.trainer.strategies import cpu_run, process_layout, resolve_strategy
 
 
 def _is_hf_callback(cb: Any) -> bool:
@@ -77,9 +78,15 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
     if getattr(args, "tf32", None) is not None and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
         torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+    devices, num_nodes = process_layout()
+    on_cpu = cpu_run(args)
+    resolved = resolve_strategy(args, devices * num_nodes, on_cpu)
+    strategy = "auto" if resolved is None else resolved[0](**resolved[1])
     kwargs: dict[str, Any] = dict(
-        accelerator="cpu" if getattr(args, "use_cpu", False) else "auto",
-        devices=1,
+        accelerator="cpu" if on_cpu else "auto",
+        devices=devices,
+        num_nodes=num_nodes,
+        strategy=strategy,
         precision=precision,
         max_epochs=1,
         max_steps=-1,

@@ -25,7 +25,7 @@ from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
-from hf_lightning.evaluation import EvalRequest
+from hf_lightning.evaluation import EvalRequest, as_metric_collection
 from hf_lightning.module import HFLightningModule
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer
@@ -60,6 +60,9 @@ class Trainer:
         optimizers: ``(optimizer, scheduler)``.
         optimizer_cls_and_kwargs: ``(cls, kwargs)`` replacing ``args.optim``.
         preprocess_logits_for_metrics: ``fn(logits, labels)`` applied per evaluation batch.
+        metrics: hf_lightning only — streaming ``torchmetrics`` metrics (a ``Metric``, ``MetricCollection`` or dict
+            ``name -> Metric``) updated per evaluation batch on the device, reported as ``eval_<name>`` next to
+            ``compute_metrics``' keys (usable as ``metric_for_best_model``); see ``HFLightningModule``.
 
     Raises:
         ValueError / RuntimeError: for HF's invalid combinations, before any work.
@@ -80,6 +83,7 @@ class Trainer:
         optimizers: tuple = (None, None),
         optimizer_cls_and_kwargs: tuple[type, dict] | None = None,
         preprocess_logits_for_metrics: Callable | None = None,
+        metrics: Any = None,
         **deprecated: Any,
     ) -> None:
         if "tokenizer" in deprecated:
@@ -123,6 +127,7 @@ class Trainer:
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.metrics = as_metric_collection(metrics)
         self.optimizer, self.lr_scheduler = optimizers
         self._user_scheduler = optimizers[1] is not None
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
@@ -203,6 +208,7 @@ class Trainer:
                         self.lr_scheduler if self._user_scheduler else None),
             optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
             hooks=self,
+            metrics=self.metrics,
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
@@ -310,7 +316,17 @@ class Trainer:
     # ------------------------------------------------------------------ evaluate / predict
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Evaluate and return HF's metrics dict (``{prefix}_loss``, ``compute_metrics`` keys, speed, epoch)."""
+        """Evaluate and return HF's metrics dict.
+
+        Keys, in HF's order: ``{prefix}_loss``, ``{prefix}_model_preparation_time`` (when the first evaluation or
+        prediction ran before any ``train()``), the ``compute_metrics`` and streaming ``metrics`` results,
+        ``{prefix}_runtime``, ``{prefix}_samples_per_second``, ``{prefix}_steps_per_second``, ``epoch``. Fires
+        ``on_prediction_step`` per batch, then ``on_log`` and ``on_evaluate``. A dict of datasets is evaluated one
+        after another with the prefix ``{prefix}_{name}``.
+
+        Raises:
+            ValueError: without an eval dataset, or ``fp16_full_eval`` without a CUDA GPU.
+        """
         if self.is_in_train:
             return self.flow.evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
@@ -321,7 +337,8 @@ class Trainer:
             for name, ds in dataset.items():
                 metrics.update(self.evaluate(ds, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        output = self._run_eval_loop(dataset, ignore_keys, metric_key_prefix, predict=False)
+        output = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys, metric_key_prefix,
+                                     predict=False)
         metrics = output[2]
         self.log(metrics)
         self.flow.control = self.callback_handler.on_evaluate(self.args, self.state, self.flow.control, metrics)
@@ -329,39 +346,98 @@ class Trainer:
 
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
-        """Predict on ``test_dataset``; returns HF's ``PredictionOutput``."""
-        predictions, label_ids, metrics = self._run_eval_loop(test_dataset, ignore_keys, metric_key_prefix,
-                                                              predict=True)
+        """Predict on ``test_dataset``; returns HF's ``PredictionOutput``.
+
+        Predictions and labels from batches of different sequence lengths are joined with ``-100`` padding;
+        metrics are computed when the dataset has labels. Fires ``on_prediction_step`` per batch, then
+        ``on_predict`` (nothing is logged).
+        """
+        predictions, label_ids, metrics = self._run_eval_loop(self.get_test_dataloader(test_dataset), test_dataset,
+                                                              ignore_keys, metric_key_prefix, predict=True)
         self.flow.control = self.callback_handler.on_predict(self.args, self.state, self.flow.control, metrics)
         return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
 
-    def _run_eval_loop(self, dataset: Any, ignore_keys: list[str] | None, prefix: str, predict: bool):
+    def _run_eval_loop(self, dataloader: Any, dataset: Any, ignore_keys: list[str] | None, prefix: str,
+                       predict: bool):
+        """HF's ``evaluation_loop`` outside training, on Lightning's test loop: ``(predictions, labels, metrics)``."""
+        self._check_full_eval_precision()
         module = self.lightning_module
+        wants_outputs = predict or self.compute_metrics is not None or self.metrics is not None
         module.eval_request = EvalRequest(
-            prediction_loss_only=None if predict else (True if self.compute_metrics is None else None),
-            ignore_keys=ignore_keys,
+            prediction_loss_only=None if wants_outputs else True, ignore_keys=ignore_keys, keep_predictions=predict,
         )
         prep_start = time.time()
-        dm = self._build_datamodule(test_dataset=dataset)
-        pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=False, enable_progress_bar=False)
-        prep_time = round(time.time() - prep_start, 4)
+        # HF casts the model itself for full-precision evaluation (and leaves it cast).
+        if getattr(self.args, "fp16_full_eval", False):
+            self.model.to(dtype=torch.float16)
+        elif getattr(self.args, "bf16_full_eval", False):
+            self.model.to(dtype=torch.bfloat16)
+        # After a train() the evaluation goes to the same loggers (HF's TensorBoard keeps its writer's folder).
+        loggers = list(self._pl_trainer.loggers) if self._pl_trainer is not None else []
+        pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=loggers or False,
+                                             enable_progress_bar=False)
+        if self._pl_trainer is None and getattr(self, "model_preparation_time", None) is None:
+            # HF times the model's preparation on the first evaluation before training and reports that same value
+            # with every evaluation afterwards, during training too.
+            self.model_preparation_time = round(time.time() - prep_start, 4)
         start = time.time()
-        pl_trainer.test(module, datamodule=dm, verbose=False)
-        acc = module.eval_accumulators.get(0)
-        module.eval_accumulators = {}
+        module.eval_dataloader_end = None
+        try:
+            pl_trainer.test(module, dataloaders=dataloader, verbose=False)
+            acc = module.eval_accumulators.get(0)
+        finally:
+            module.eval_accumulators = {}
         size = len(dataset) if _has_len(dataset) else None
+        preparation = getattr(self, "model_preparation_time", None)
         if acc is None:
             preds, labels, metrics, num_samples = None, None, {}, size or 0
+            if preparation is not None:
+                metrics[f"{prefix}_model_preparation_time"] = preparation
         else:
             preds, labels, metrics, num_samples = acc.finalize(prefix, num_samples=size,
-                                                               compute=True)
-        if self._pl_trainer is None:
-            # HF prepares the model on first use outside training and reports how long it took.
-            metrics[f"{prefix}_model_preparation_time"] = prep_time
+                                                               model_preparation_time=preparation)
         total_batch = self.args.eval_batch_size * pl_trainer.world_size
         metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
                                      num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
         return preds, labels, metrics
+
+    def _check_full_eval_precision(self) -> None:
+        if getattr(self.args, "fp16_full_eval", False) and (
+            getattr(self.args, "use_cpu", False) or not torch.cuda.is_available()
+        ):
+            raise ValueError(
+                "fp16_full_eval=True casts the model to float16, which needs a CUDA GPU; this run is on the CPU. "
+                "Use bf16_full_eval=True (with use_cpu=True) for a half-precision evaluation on the CPU, or drop "
+                "fp16_full_eval."
+            )
+
+    # ------------------------------------------------------------------ hyperparameter search
+    def hyperparameter_search(self, hp_space: Callable | None = None, compute_objective: Callable | None = None,
+                              n_trials: int = 20, direction: str | list[str] = "minimize", backend: Any = None,
+                              hp_name: Callable | None = None, **kwargs: Any):
+        """HF's ``hyperparameter_search`` with Optuna: one ``train()`` per trial over ``model_init``.
+
+        Args:
+            hp_space: ``fn(trial) -> dict`` of ``TrainingArguments`` values (HF's default space when omitted).
+            compute_objective: ``fn(metrics) -> float``; default: ``eval_loss``, or the sum of the other metrics.
+            n_trials: number of trials.
+            direction: ``"minimize"`` / ``"maximize"``, or a list of them for several objectives.
+            backend: ``"optuna"`` (the default when installed); ``"ray"`` / ``"wandb"`` are refused.
+            hp_name: ``fn(trial) -> str`` naming the trial's run folder (default ``run-<trial number>``).
+            **kwargs: ``optuna.create_study`` arguments, plus ``timeout``, ``n_jobs``, ``gc_after_trial``, ``catch``.
+
+        Returns:
+            ``BestRun`` (a list of them for several directions).
+
+        Raises:
+            RuntimeError: without ``model_init``, or when the backend is not installed (names the package).
+            ValueError: an unknown or unsupported backend.
+        """
+        from hf_lightning.trainer.hp_search import run_hyperparameter_search
+
+        return run_hyperparameter_search(self, hp_space=hp_space, compute_objective=compute_objective,
+                                         n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
+                                         **kwargs)
 
     # ------------------------------------------------------------------ saving helpers
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:

@@ -1,0 +1,316 @@
+"""``Trainer.hyperparameter_search``: HF's trial loop over ``model_init``, with Optuna as the backend.
+
+Each trial runs the trainer's ordinary ``train()`` (Lightning's loop) with HF 5.23's per-trial rules:
+
+- the seed is set from the arguments, ``model_init`` builds a fresh model (given the trial when it takes one
+  argument), and only *then* are the trial's hyperparameters (``hp_space(trial)``) written onto ``args`` — cast to
+  the type of the current value, unknown names skipped with a warning. The values stay on ``args`` after the trial,
+  so the next trial's model is built with the previous trial's seed, as in HF;
+- checkpoints go to ``output_dir/run-<trial number>`` (or ``output_dir/<hp_name(trial)>``);
+- after every evaluation during training the objective (``compute_objective(metrics)``) is reported to the trial,
+  and a trial the pruner stops fires ``on_train_end`` and raises ``optuna.TrialPruned``;
+- a trial whose training never evaluated is evaluated once at the end;
+- the study's best trial comes back as :class:`BestRun` (a list of them for several ``direction``\\ s).
+
+Only Optuna is implemented; ``"ray"`` and ``"wandb"`` are refused with the alternative named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import gc
+import importlib.util
+import inspect
+import logging
+import os
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import Any, NamedTuple
+
+import torch
+
+from hf_lightning.callbacks.hf_api import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BestRun",
+    "HPSearchBackend",
+    "call_model_init",
+    "default_compute_objective",
+    "default_hp_space_optuna",
+    "run_hyperparameter_search",
+]
+
+
+class HPSearchBackend(str, Enum):
+    """HF's backend names. hf_lightning runs ``OPTUNA``; the others are refused with a clear error."""
+
+    OPTUNA = "optuna"
+    RAY = "ray"
+    WANDB = "wandb"
+
+
+class BestRun(NamedTuple):
+    """The best trial of a search, as HF's ``BestRun``.
+
+    Attributes:
+        run_id: the trial number as a string; its checkpoints are in ``output_dir/run-<run_id>`` (unless
+            ``hp_name`` named the run).
+        objective: the objective of that trial (a list for a multi-objective search).
+        hyperparameters: the trial's sampled parameters.
+        run_summary: backend-specific summary (``None`` for Optuna).
+    """
+
+    run_id: str
+    objective: float | list[float]
+    hyperparameters: dict[str, Any]
+    run_summary: Any | None = None
+
+
+def default_compute_objective(metrics: dict[str, float]) -> float:
+    """HF's default objective: ``eval_loss`` when it is the only metric, else the sum of the other metrics.
+
+    ``epoch`` and the speed metrics (``*_runtime``, ``*_per_second``) never count.
+    """
+    metrics = copy.deepcopy(metrics)
+    loss = metrics.pop("eval_loss", None)
+    metrics.pop("epoch", None)
+    for key in [k for k in metrics if k.endswith("_runtime") or k.endswith("_per_second")]:
+        metrics.pop(key)
+    return loss if not metrics else sum(metrics.values())
+
+
+def default_hp_space_optuna(trial: Any) -> dict[str, Any]:
+    """HF's default Optuna search space: learning rate, epochs, seed and train batch size."""
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-6, 1e-4, log=True),
+        "num_train_epochs": trial.suggest_int("num_train_epochs", 1, 5),
+        "seed": trial.suggest_int("seed", 1, 40),
+        "per_device_train_batch_size": trial.suggest_categorical("per_device_train_batch_size", [4, 8, 16, 32, 64]),
+    }
+
+
+def _argument_count(fn: Callable) -> int:
+    if isinstance(fn, functools.partial):
+        return len(inspect.signature(fn.func).parameters) - len(fn.args) - len(fn.keywords)
+    return len(inspect.signature(fn).parameters)
+
+
+def call_model_init(model_init: Callable, trial: Any = None) -> torch.nn.Module:
+    """Call ``model_init`` as HF does: with no argument, or with the trial (``None`` outside a search).
+
+    Raises:
+        RuntimeError: ``model_init`` takes more than one argument or returns ``None``.
+    """
+    count = _argument_count(model_init)
+    if count == 0:
+        model = model_init()
+    elif count == 1:
+        model = model_init(trial)
+    else:
+        raise RuntimeError("model_init should have 0 or 1 argument.")
+    if model is None:
+        raise RuntimeError("model_init should not return None.")
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- backends
+def _is_installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+# name -> (importable module, pip requirement); one place knows what each backend needs.
+_BACKEND_PACKAGES: dict[HPSearchBackend, tuple[str, str]] = {
+    HPSearchBackend.OPTUNA: ("optuna", "optuna"),
+    HPSearchBackend.RAY: ("ray", "'ray[tune]'"),
+    HPSearchBackend.WANDB: ("wandb", "wandb"),
+}
+
+
+def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
+    """The backend to run: the one named (checked installed and supported), or Optuna when it is installed.
+
+    Raises:
+        ValueError: an unknown name, or a backend hf_lightning does not run (``ray``, ``wandb``).
+        RuntimeError: the backend's package is not installed (the message gives the ``pip install``).
+    """
+    if backend is None:
+        module, requirement = _BACKEND_PACKAGES[HPSearchBackend.OPTUNA]
+        if not _is_installed(module):
+            raise RuntimeError(
+                "No hyperparameter search backend available. hf_lightning searches with Optuna: run "
+                f"`pip install {requirement}`."
+            )
+        return HPSearchBackend.OPTUNA
+    try:
+        chosen = HPSearchBackend(getattr(backend, "value", backend))
+    except ValueError:
+        raise ValueError(
+            f"hyperparameter_search(backend={backend!r}): unknown backend. Use backend='optuna' (HF also knows "
+            f"{[b.value for b in HPSearchBackend]})."
+        ) from None
+    if chosen is not HPSearchBackend.OPTUNA:
+        raise ValueError(
+            f"hyperparameter_search(backend={chosen.value!r}) is not supported by hf_lightning; use "
+            "backend='optuna' (`pip install optuna`)."
+        )
+    module, requirement = _BACKEND_PACKAGES[chosen]
+    if not _is_installed(module):
+        raise RuntimeError(f"You picked the {chosen.value} backend, but it is not installed. Run "
+                           f"`pip install {requirement}`.")
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------- the search
+def run_hyperparameter_search(
+    trainer: Any,
+    hp_space: Callable[[Any], dict[str, Any]] | None = None,
+    compute_objective: Callable[[dict[str, float]], float] | None = None,
+    n_trials: int = 20,
+    direction: str | list[str] = "minimize",
+    backend: str | HPSearchBackend | None = None,
+    hp_name: Callable[[Any], str] | None = None,
+    **kwargs: Any,
+) -> BestRun | list[BestRun]:
+    """Run ``n_trials`` trainings of ``trainer`` and return the best (see ``Trainer.hyperparameter_search``).
+
+    Sets ``trainer.hp_search_backend`` / ``hp_space`` / ``hp_name`` / ``compute_objective`` as HF does
+    (``hp_search_backend`` goes back to ``None`` at the end) and ``trainer.objective`` per trial.
+    """
+    chosen = resolve_backend(backend)
+    if trainer.model_init is None:
+        raise RuntimeError("To use hyperparameter search, you need to pass your model through a model_init function.")
+    if getattr(trainer.args, "world_size", 1) > 1:
+        raise RuntimeError(
+            "hyperparameter_search runs in one process in hf_lightning: launch the script without torchrun / "
+            "a distributed launcher (each trial may still use every device of this machine)."
+        )
+    trainer.hp_search_backend = chosen
+    trainer.hp_space = default_hp_space_optuna if hp_space is None else hp_space
+    trainer.hp_name = hp_name
+    trainer.compute_objective = default_compute_objective if compute_objective is None else compute_objective
+    try:
+        return _run_optuna(trainer, n_trials, direction, **kwargs)
+    finally:
+        trainer.hp_search_backend = None
+
+
+def _run_optuna(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any) -> BestRun | list[BestRun]:
+    import optuna
+
+    def objective(trial: Any) -> float | list[float]:
+        trainer.objective = None
+        with _trial_session(trainer, trial):
+            trainer.train()
+        if getattr(trainer, "objective", None) is None:
+            # The training never evaluated: score the final model once.
+            trainer.objective = trainer.compute_objective(trainer.evaluate())
+        _release_memory()
+        return trainer.objective
+
+    optimize_kwargs = {
+        "timeout": kwargs.pop("timeout", None),
+        "n_jobs": kwargs.pop("n_jobs", 1),
+        "gc_after_trial": kwargs.pop("gc_after_trial", False),
+        "catch": kwargs.pop("catch", ()),
+    }
+    directions = direction if isinstance(direction, list) else None
+    study = optuna.create_study(direction=None if directions else direction, directions=directions, **kwargs)
+    study.optimize(objective, n_trials=n_trials, **optimize_kwargs)
+    if directions is None:
+        best = study.best_trial
+        return BestRun(str(best.number), best.value, best.params)
+    return [BestRun(str(best.number), best.values, best.params) for best in study.best_trials]
+
+
+@contextlib.contextmanager
+def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
+    """Make the next ``train()`` call one trial of the search, and undo the plumbing afterwards.
+
+    The trial's hyperparameters are *not* undone: HF leaves them on ``args``.
+    """
+    args = trainer.args
+    user_model_init = trainer.model_init
+    root_dir = args.output_dir
+    run_name = trainer.hp_name(trial) if trainer.hp_name is not None else f"run-{trial.number}"
+    reporter = _TrialStateCallback(trial, run_name if trainer.hp_name is not None else None)
+
+    def model_init() -> torch.nn.Module:
+        # train() seeds, then calls this: HF builds the model before it applies the trial's values.
+        model = call_model_init(user_model_init, trial)
+        _apply_hyperparameters(args, trainer.hp_space(trial))
+        return model
+
+    trainer._trial = trial
+    trainer.model_init = model_init
+    # The previous trial's optimizer holds the previous model's parameters; HF's train() drops both when
+    # model_init rebuilds the model (model_init excludes user-given optimizers, so nothing of the user's is lost).
+    trainer.optimizer, trainer.lr_scheduler = None, None
+    # The flow callback saves and rotates checkpoints under args.output_dir, so the trial's run folder
+    # takes its place while the trial trains.
+    args.output_dir = os.path.join(root_dir, run_name)
+    # train() calls trainer.evaluate() at each evaluation; HF reports to the trial right after it.
+    trainer.evaluate = functools.partial(_evaluate_and_report, trainer, trainer.evaluate, trial)
+    trainer.add_callback(reporter)
+    try:
+        yield
+    finally:
+        trainer.remove_callback(reporter)
+        del trainer.evaluate
+        args.output_dir = root_dir
+        trainer.model_init = user_model_init
+
+
+def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> None:
+    for key, value in params.items():
+        if not hasattr(args, key):
+            logger.warning(f"Trying to set {key} in the hyperparameter search but there is no corresponding field in "
+                           "`TrainingArguments`.")
+            continue
+        current = getattr(args, key)
+        # HF casts to the field's current type (an int epoch count becomes 3.0 for a float field).
+        setattr(args, key, type(current)(value) if current is not None else value)
+    logger.info("Trial hyperparameters: %s", params)
+
+
+def _evaluate_and_report(trainer: Any, evaluate: Callable, trial: Any, *args: Any, **kwargs: Any) -> dict:
+    metrics = evaluate(*args, **kwargs)
+    if trainer.is_in_train:
+        _report(trainer, trial, metrics)
+    return metrics
+
+
+def _report(trainer: Any, trial: Any, metrics: dict[str, float]) -> None:
+    import optuna
+
+    trainer.objective = trainer.compute_objective(dict(metrics))
+    study = getattr(trial, "study", None)
+    # Optuna cannot prune multi-objective studies, so HF only reports single objectives.
+    if study is not None and len(study.directions) == 1:
+        trial.report(trainer.objective, trainer.state.global_step)
+        if trial.should_prune():
+            trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.flow.control)
+            raise optuna.TrialPruned()
+
+
+class _TrialStateCallback(TrainerCallback):
+    """Marks the run's ``TrainerState`` as a search trial (saved in each checkpoint's ``trainer_state.json``)."""
+
+    def __init__(self, trial: Any, trial_name: str | None) -> None:
+        self.trial = trial
+        self.trial_name = trial_name
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.is_hyper_param_search = True
+        if self.trial_name is not None:
+            state.trial_name = self.trial_name
+        state.trial_params = dict(self.trial.params)
+
+
+def _release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

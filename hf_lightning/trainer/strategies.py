@@ -1,0 +1,149 @@
+"""HF's distributed arguments → a Lightning strategy, devices and nodes.
+
+HF's Trainer learns the process layout from the launcher (``torchrun``, ``accelerate launch``, SLURM) and picks
+DDP, FSDP or DeepSpeed from its arguments; Lightning needs ``devices``/``num_nodes``/``strategy``. The mapping
+lives here, resolved through one registry, and each choice is returned as ``(strategy class, kwargs)`` so it can
+be checked without building processes.
+
+- ``deepspeed`` (a config dict or JSON path) → ``DeepSpeedStrategy(config=...)`` (needs the ``deepspeed``
+  package and CUDA);
+- ``fsdp`` + ``fsdp_config`` → ``FSDPStrategy`` (sharding, auto-wrap policy, CPU offload, activation
+  checkpointing, state-dict type; needs CUDA);
+- more than one process → ``DDPStrategy`` with HF's ``ddp_*`` options;
+- one process → Lightning's ``"auto"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+
+def process_layout() -> tuple[int, int]:
+    """``(devices per node, nodes)`` from the launcher's environment (1, 1 when not launched distributed)."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    if world <= 1:
+        return 1, 1
+    if world % local:
+        raise ValueError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}.")
+    return local, world // local
+
+
+def _ddp(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    kwargs: dict[str, Any] = {
+        "process_group_backend": getattr(args, "ddp_backend", None) or ("gloo" if on_cpu else "nccl"),
+        "timeout": timedelta(seconds=int(getattr(args, "ddp_timeout", 1800))),
+        # HF finds unused parameters unless told otherwise or activation checkpointing is on.
+        "find_unused_parameters": bool(args.ddp_find_unused_parameters)
+        if getattr(args, "ddp_find_unused_parameters", None) is not None
+        else not getattr(args, "activation_checkpointing", False),
+    }
+    for name, key in (("ddp_bucket_cap_mb", "bucket_cap_mb"), ("ddp_broadcast_buffers", "broadcast_buffers"),
+                      ("ddp_static_graph", "static_graph")):
+        value = getattr(args, name, None)
+        if value is not None:
+            kwargs[key] = value
+    return DDPStrategy, kwargs
+
+
+def _name_policy(names: tuple[str, ...]):
+    """An FSDP auto-wrap / checkpointing policy matching modules by class name (resolved on the model later)."""
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+
+    return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: type(module).__name__ in names)
+
+
+def _fsdp(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+    if on_cpu:
+        raise ValueError(
+            "fsdp needs CUDA GPUs (Lightning's FSDPStrategy); this run is on the CPU. Drop `fsdp` or run on GPUs."
+        )
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    config = dict(getattr(args, "fsdp_config", None) or {})
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=int(getattr(args, "ddp_timeout", 1800)))}
+    reshard = config.get("reshard_after_forward", True)
+    if isinstance(reshard, str):
+        kwargs["sharding_strategy"] = reshard.upper()
+    else:
+        kwargs["sharding_strategy"] = "FULL_SHARD" if reshard else "SHARD_GRAD_OP"
+    layers = tuple(config.get("transformer_layer_cls_to_wrap") or ())
+    policy = config.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
+    if layers and policy == "TRANSFORMER_BASED_WRAP":
+        kwargs["auto_wrap_policy"] = _name_policy(layers)
+    elif policy == "SIZE_BASED_WRAP" or config.get("min_num_params"):
+        from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+        kwargs["auto_wrap_policy"] = functools.partial(
+            size_based_auto_wrap_policy, min_num_params=int(config.get("min_num_params") or 1e8)
+        )
+    if config.get("cpu_offload") or config.get("offload_params"):
+        kwargs["cpu_offload"] = True
+    if config.get("activation_checkpointing"):
+        if not layers:
+            raise ValueError(
+                "fsdp_config['activation_checkpointing']=True needs fsdp_config['transformer_layer_cls_to_wrap'] "
+                "to know which layers to checkpoint."
+            )
+        kwargs["activation_checkpointing_policy"] = _name_policy(layers)
+    state_dict_type = str(config.get("state_dict_type", "FULL_STATE_DICT")).upper()
+    kwargs["state_dict_type"] = "sharded" if state_dict_type.startswith("SHARDED") else "full"
+    return FSDPStrategy, kwargs
+
+
+def _deepspeed(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+    config = args.deepspeed
+    if isinstance(config, (str, os.PathLike)):
+        if not os.path.isfile(config):
+            raise ValueError(f"deepspeed={config!r}: no such DeepSpeed config file.")
+        with open(config) as f:
+            config = json.load(f)
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "deepspeed=... needs the `deepspeed` package, which is not installed: pip install deepspeed"
+        ) from None
+    if on_cpu:
+        raise ValueError("deepspeed needs CUDA GPUs; this run is on the CPU. Drop `deepspeed` or run on GPUs.")
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    return DeepSpeedStrategy, {"config": dict(config)}
+
+
+STRATEGY_REGISTRY = {"ddp": _ddp, "fsdp": _fsdp, "deepspeed": _deepspeed}
+
+
+def strategy_name(args: Any, world_size: int) -> str | None:
+    """Which registry entry ``args`` selects (``None``: Lightning's default for one process)."""
+    if getattr(args, "deepspeed", None):
+        return "deepspeed"
+    if getattr(args, "fsdp", None):
+        return "fsdp"
+    if world_size > 1:
+        return "ddp"
+    return None
+
+
+def resolve_strategy(args: Any, world_size: int, on_cpu: bool) -> tuple[type, dict[str, Any]] | None:
+    """``(strategy class, kwargs)`` for ``args`` on ``world_size`` processes, or ``None`` for one plain process.
+
+    Raises:
+        ValueError: a combination that cannot run here (FSDP/DeepSpeed on the CPU, DeepSpeed not installed, ...).
+    """
+    name = strategy_name(args, world_size)
+    if name is None:
+        return None
+    return STRATEGY_REGISTRY[name](args, on_cpu)
+
+
+def cpu_run(args: Any) -> bool:
+    return bool(getattr(args, "use_cpu", False)) or not torch.cuda.is_available()

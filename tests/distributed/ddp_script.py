@@ -1,0 +1,46 @@
+"""Run by the DDP tests under torchrun (or plainly for one process).
+
+usage: ddp_script.py <lib: hf|ours> <output_dir> <result.json> <per_device_batch> <max_steps> [resume]
+"""
+
+import json
+import os
+import sys
+
+import torch
+
+torch.set_num_threads(1)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from tests.helpers.models import lm_data, tiny_gpt2  # noqa: E402
+
+
+def main() -> None:
+    lib_name, out, result, batch, max_steps = sys.argv[1:6]
+    resume = len(sys.argv) > 6 and sys.argv[6] == "resume"
+    if lib_name == "hf":
+        import transformers as lib
+    else:
+        import hf_lightning as lib
+    train, evald = lm_data(n_train=48, n_eval=10)
+    args = lib.TrainingArguments(
+        output_dir=out, per_device_train_batch_size=int(batch), per_device_eval_batch_size=4,
+        gradient_accumulation_steps=1, max_steps=int(max_steps), logging_steps=1, eval_strategy="steps",
+        eval_steps=3, save_steps=3, save_total_limit=2, learning_rate=3e-3, report_to="none", use_cpu=True,
+        disable_tqdm=True, seed=42,
+    )
+    model = tiny_gpt2()
+    trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald)
+    last = lib.get_last_checkpoint(out) if resume else None
+    trainer.train(resume_from_checkpoint=last)
+    metrics = trainer.evaluate()
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        weights = {k: v.tolist() for k, v in model.state_dict().items()}
+        with open(result, "w") as f:
+            json.dump({"log_history": trainer.state.log_history, "eval": metrics, "weights": weights,
+                       "world": int(os.environ.get("WORLD_SIZE", "1"))}, f)
+
+
+if __name__ == "__main__":
+    main()
