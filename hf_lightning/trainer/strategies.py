@@ -25,7 +25,14 @@ import torch
 
 
 def process_layout() -> tuple[int, int]:
-    """``(devices per node, nodes)`` from the launcher's environment (1, 1 when not launched distributed)."""
+    """``(devices per node, nodes)`` from the launcher's environment (1, 1 when not launched distributed).
+
+    torchrun / ``lightning run`` set ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``; under SLURM (``srun``) the task
+    counts come from ``SLURM_NTASKS`` and ``SLURM_NNODES`` and Lightning's SLURM environment does the rest.
+    """
+    if "WORLD_SIZE" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1:
+        tasks, nodes = int(os.environ["SLURM_NTASKS"]), int(os.environ.get("SLURM_NNODES", "1") or 1)
+        return tasks // nodes, nodes
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
     if world <= 1:

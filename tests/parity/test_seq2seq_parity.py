@@ -122,7 +122,9 @@ GENERATION_CASES = {
     "greedy": ({}, {}, {}),
     "beams_from_args": ({"generation_num_beams": 2}, {}, {}),
     # Keywords beat the arguments; max_new_tokens suppresses generation_max_length.
-    "call_keywords": ({"generation_num_beams": 2}, {"num_beams": 1, "max_new_tokens": 3}, {"max_length": 12}),
+    "call_keywords": ({"generation_num_beams": 2}, {"num_beams": 1, "max_new_tokens": 3}, {"max_new_tokens": 25}),
+    # The generate step's loss comes from the label smoother, without num_items_in_batch.
+    "label_smoothing": ({"label_smoothing_factor": 0.1}, {}, {}),
 }
 
 

@@ -85,4 +85,8 @@ def test_process_layout_reads_the_launcher(monkeypatch):
         process_layout()
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
     assert process_layout() == (1, 1)
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_NNODES", "2")
+    assert process_layout() == (4, 2)
