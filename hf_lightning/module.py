@@ -295,7 +295,7 @@ class HFLightningModule(pl.LightningModule):
         empty_every = getattr(self.args, "torch_empty_cache_steps", None)
         if empty_every and self.trainer.global_step % empty_every == 0 and torch.cuda.is_available():
             torch.cuda.empty_cache()
-        scaled = self.loss_is_scaled_for_ga
+        scaled = getattr(self.hooks, "loss_is_scaled_for_ga", None)
         if scaled is None:
             scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
                 self.compute_loss_func is not None

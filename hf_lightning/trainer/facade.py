@@ -9,6 +9,7 @@ call, so a subclass's override takes effect exactly where HF's would.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -112,10 +113,10 @@ class Trainer:
             )
         if optimizer_cls_and_kwargs is not None and optimizers[0] is not None:
             raise RuntimeError("Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible.")
-        if model is None:
-            model = model_init()
-        self.model = model
         self.model_init = model_init
+        if model is None:
+            model = self.call_model_init()
+        self.model = model
         if data_collator is None:
             # HF's default: pad through a processing class that can pad, else default_data_collator.
             can_pad = processing_class is not None and hasattr(processing_class, "pad")
@@ -242,7 +243,7 @@ class Trainer:
         ckpt_path = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if self.model_init is not None:
             set_seed(self.args.seed)
-            self.model = self.model_init()
+            self.model = self.call_model_init(trial)
             self.callback_handler.model = self.model
             self._module = None
         if not self._user_scheduler:
@@ -487,6 +488,143 @@ class Trainer:
 
     def is_local_process_zero(self) -> bool:
         return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+    # ------------------------------------------------------------------ smaller HF helpers
+    #: HF's override point: None lets the loss decide; True/False forces whether it is already GA-scaled.
+    loss_is_scaled_for_ga: bool | None = None
+
+    def call_model_init(self, trial: Any = None) -> nn.Module:
+        """Build a model with ``model_init`` (passing ``trial`` when it takes one), as HF."""
+        if self.model_init is None:
+            raise RuntimeError("call_model_init needs `model_init` to be passed to the Trainer.")
+        params = inspect.signature(self.model_init).parameters
+        if len(params) > 1:
+            raise RuntimeError("model_init should have 0 or 1 argument.")
+        model = self.model_init(trial) if len(params) == 1 else self.model_init()
+        if model is None:
+            raise RuntimeError("model_init should not return None.")
+        return model
+
+    def compute_loss_context_manager(self):
+        """A no-op context: autocast is the Lightning precision plugin's job here."""
+        return contextlib.nullcontext()
+
+    def autocast_smart_context_manager(self, cache_enabled: bool | None = True):
+        """A no-op context: autocast is the Lightning precision plugin's job here."""
+        return contextlib.nullcontext()
+
+    def floating_point_ops(self, inputs: dict) -> float:
+        """HF's FLOPs estimate for one forward+backward over ``inputs``."""
+        return self.lightning_module.floating_point_ops(inputs)
+
+    def store_flos(self) -> None:
+        """Move the FLOPs counted since the last store into ``state.total_flos``."""
+        self.flow.store_flos()
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: Any = None):
+        """Fetch up to ``num_batches`` batches and count their ``num_items_in_batch``, as HF."""
+        batches = []
+        for _ in range(num_batches):
+            try:
+                batches.append(next(epoch_iterator))
+            except StopIteration:
+                break
+        return batches, self.lightning_module.num_items_in_batch(batches)
+
+    def get_tp_size(self) -> int:
+        return 1
+
+    def get_cp_size(self) -> int:
+        return 1
+
+    def get_sp_size(self) -> int:
+        return 1
+
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Names of the parameters that get weight decay (HF's grouping rule)."""
+        from hf_lightning.optim import get_decay_parameter_names
+
+        return get_decay_parameter_names(model)
+
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> tuple[type, dict]:
+        """The optimizer class and keyword arguments ``args.optim`` selects."""
+        from hf_lightning.optim import get_optimizer_cls_and_kwargs
+
+        return get_optimizer_cls_and_kwargs(args, model)
+
+    def get_learning_rates(self) -> list[float]:
+        """The current learning rate of every optimizer parameter group."""
+        if self.optimizer is None:
+            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_optimizer_group(self, param: Any = None):
+        """The parameter group holding ``param`` (or all groups)."""
+        if self.optimizer is None:
+            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+        if param is not None:
+            for group in self.optimizer.param_groups:
+                if any(p is param for p in group["params"]):
+                    return group
+        return [group["params"] for group in self.optimizer.param_groups]
+
+    def get_num_trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def get_total_train_batch_size(self, args: Any) -> int:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        return args.train_batch_size * args.gradient_accumulation_steps * world
+
+    def num_examples(self, dataloader) -> int:
+        """Number of samples behind ``dataloader`` (its dataset's length when known)."""
+        try:
+            return len(dataloader.dataset)
+        except (TypeError, AttributeError):
+            return len(dataloader) * self.args.per_device_train_batch_size
+
+    def set_initial_training_values(self, args: Any, dataloader) -> tuple:
+        """HF's step accounting: ``(num_train_epochs, num_update_steps_per_epoch, num_examples,
+        num_train_samples, total_train_batch_size, steps_in_epoch, max_steps)``."""
+        from hf_lightning.args.plan import resolve_plan
+
+        try:
+            micro = len(dataloader)
+        except TypeError:
+            micro = None
+        examples = None
+        if micro is not None:
+            examples = self.num_examples(dataloader)
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        plan = resolve_plan(args, micro, num_examples=examples, world_size=world)
+        return (plan.num_train_epochs, plan.update_steps_per_epoch, examples if examples is not None
+                else plan.total_train_batch_size * plan.max_steps, plan.num_train_samples,
+                plan.total_train_batch_size, plan.steps_in_epoch, plan.max_steps)
+
+    def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """HF's human-readable metric values (runtime as h:mm:ss, memory in MB, FLOPs in GF)."""
+        return _format_metrics(metrics)
+
+    def end(self) -> None:
+        """Finish the run: destroy the process group Lightning created, if any (HF's ``end``)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("push_to_hub is not supported by hf_lightning (no hub access); save_model() writes the "
+                         "files you can upload yourself.")
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("create_model_card is not supported by hf_lightning (it is a hub feature).")
+
+    def init_hf_repo(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("init_hf_repo is not supported by hf_lightning (no hub access).")
+
+    def create_accelerator_and_postprocess(self) -> None:
+        raise ValueError("hf_lightning has no accelerate Accelerator: devices, precision and strategy come from "
+                         "build_lightning_trainer(args).")
 
 
 def _format_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
