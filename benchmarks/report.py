@@ -47,13 +47,20 @@ def _get(tree: dict, *path: str) -> float | None:
     return node
 
 
+def _speed_ratios(contenders: dict, field: str) -> dict[str, float | None]:
+    speed = {name: _get(contenders, name, field, "median") for name in TRAIN_ORDER}
+    out = {f"hf_lightning/{other}": _ratio(speed["hf_lightning"], speed[other]) for other in ("hf", "lightning", "plain")}
+    out.update({f"{other}/plain": _ratio(speed[other], speed["plain"]) for other in ("hf", "lightning")})
+    return out
+
+
 def summarize(records: list[dict]) -> dict[str, Any]:
     """Group the raw measurements by section and contender; add the ratios the issue asks for."""
     ok = [r for r in records if "error" not in r["result"] and "skipped" not in r["result"]]
     by_section = defaultdict(list)
     for record in ok:
         by_section[record["section"]].append(record)
-    training = _medians(by_section["train"], ("steps_per_s", "tokens_per_s", "startup_seconds"),
+    training = _medians(by_section["train"], ("steps_per_s", "tokens_per_s", "cpu_steps_per_s", "startup_seconds"),
                         "workload", "flow", "contender")
     evaluation = _medians(by_section["eval"], ("seconds", "peak_rss_mb", "growth_mb", "accuracy"), "size",
                           "contender")
@@ -64,14 +71,9 @@ def summarize(records: list[dict]) -> dict[str, Any]:
     ratios: dict[str, Any] = {"training": {}, "evaluation": {}, "checkpoint": {}, "imports": {}}
     for workload, flows in training.items():
         for flow, contenders in flows.items():
-            ours = _get(contenders, "hf_lightning", "steps_per_s", "median")
             ratios["training"][f"{workload}/{flow}"] = {
-                f"hf_lightning/{other}": _ratio(ours, _get(contenders, other, "steps_per_s", "median"))
-                for other in ("hf", "lightning", "plain")
-            } | {
-                f"{other}/plain": _ratio(_get(contenders, other, "steps_per_s", "median"),
-                                         _get(contenders, "plain", "steps_per_s", "median"))
-                for other in ("hf", "lightning")
+                clock: _speed_ratios(contenders, field)
+                for clock, field in (("wall", "steps_per_s"), ("cpu", "cpu_steps_per_s"))
             }
     for size, contenders in evaluation.items():
         for field in ("seconds", "peak_rss_mb"):
@@ -111,22 +113,31 @@ def markdown(summary: dict[str, Any]) -> str:
     lines: list[str] = []
     training, ratios = summary["training"], summary["ratios"]
     if training:
-        lines += ["### Training throughput (optimizer steps/s, median; higher is better)", "",
+        lines += ["### Training throughput (optimizer steps/s by the wall clock, median; higher is better)", "",
                   "| model | log/eval/save | plain loop | plain Lightning | HF Trainer | hf_lightning | tokens/s "
                   "(hf_lightning) | hf_lightning / HF | hf_lightning / Lightning | hf_lightning / plain |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        cpu_lines = ["### The same runs by CPU time (steps per CPU-second: what each run itself cost)", "",
+                     "| model | log/eval/save | plain loop | plain Lightning | HF Trainer | hf_lightning | "
+                     "hf_lightning / HF | hf_lightning / Lightning | hf_lightning / plain | HF / plain | "
+                     "Lightning / plain |",
+                     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for workload, flows in training.items():
             for flow in ("on", "off"):
                 contenders = flows.get(flow)
                 if not contenders:
                     continue
+                r = ratios["training"][f"{workload}/{flow}"]
                 cells = [_fmt(_get(contenders, c, "steps_per_s", "median"), 1) for c in TRAIN_ORDER]
                 tokens = _fmt(_get(contenders, "hf_lightning", "tokens_per_s", "median"), 0)
-                r = ratios["training"][f"{workload}/{flow}"]
                 lines.append(f"| {workload} | {flow} | " + " | ".join(cells) + f" | {tokens} | "
-                             + " | ".join(_fmt(r[f"hf_lightning/{o}"], 3) for o in ("hf", "lightning", "plain"))
+                             + " | ".join(_fmt(r["wall"][f"hf_lightning/{o}"], 3) for o in ("hf", "lightning", "plain"))
                              + " |")
-        lines.append("")
+                cells = [_fmt(_get(contenders, c, "cpu_steps_per_s", "median"), 1) for c in TRAIN_ORDER]
+                keys = ("hf_lightning/hf", "hf_lightning/lightning", "hf_lightning/plain", "hf/plain", "lightning/plain")
+                cpu_lines.append(f"| {workload} | {flow} | " + " | ".join(cells) + " | "
+                                 + " | ".join(_fmt(r["cpu"][k], 3) for k in keys) + " |")
+        lines += ["", *cpu_lines, ""]
     evaluation = summary["evaluation"]
     if evaluation:
         lines += ["### Evaluation (`evaluate()` with a token-accuracy metric, fresh process each; median)", "",

@@ -11,13 +11,17 @@ Contenders (all with the settings in :mod:`workloads`):
 - ``hf``: ``transformers.Trainer``; ``hf_lightning``: ``hf_lightning.Trainer`` — the same ``TrainingArguments``
   (``logging_steps``, ``eval_strategy``/``save_strategy="steps"`` when on, ``"no"`` when off).
 
-Timing: each contender records ``time.perf_counter()`` right after optimizer step *k* (after the scheduler step
+Timing: each contender records a stamp right after optimizer step *k* (after the scheduler step
 and ``zero_grad``, before any log/eval/save that step triggers): the plain loop in its body, Lightning from a
 ``Callback.on_train_batch_end`` (which runs before Lightning's logging, validation and ``ModelCheckpoint``), both
 HF-style trainers from a ``TrainerCallback.on_step_end`` (which both fire before their log → evaluate → save).
 Throughput is measured over steps ``warmup_steps .. max_steps``: start-up (imports, model build, ``Trainer``
 construction, Lightning's setup, the first steps' allocations) is outside the window for everyone, and every
 log/eval/save fired inside the window is inside it for everyone.
+
+Each stamp holds the wall clock and the process's CPU time (``time.process_time``). With one thread the CPU
+time is what the run itself cost, whatever else the (shared, 2-core) machine was doing, so ``cpu_steps_per_s``
+is the steadier figure when the machine is busy; ``steps_per_s`` is the wall-clock one.
 """
 
 from __future__ import annotations
@@ -62,18 +66,22 @@ def hf_style_args(workload: Workload, flow_on: bool, output_dir: str) -> dict[st
     )
 
 
+def _stamp() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
 def _step_stamps_callback(base: type):
     class StepStamps(base):
         def __init__(self) -> None:
-            self.stamps: list[float] = []
+            self.stamps: list[tuple[float, float]] = []
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.stamps.append(time.perf_counter())
+            self.stamps.append(_stamp())
 
     return StepStamps()
 
 
-def train_hf(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
+def train_hf(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
     import transformers
 
     args = transformers.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
@@ -86,7 +94,7 @@ def train_hf(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
     return stamps.stamps
 
 
-def train_hf_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
+def train_hf_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
     import hf_lightning
 
     args = hf_lightning.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
@@ -109,7 +117,7 @@ def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
                              weight_decay=0.0, fused=True)
 
 
-def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
+def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
     model = build_model(workload)
     model.train()
     optimizer = _optimizer(model)
@@ -118,7 +126,7 @@ def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
     eval_loader = _loader(eval_data(workload), workload.batch_size, shuffle=False) if flow_on else None
     history: list[dict] = []
     running_loss = torch.zeros(())
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
     for step, batch in enumerate(loader, start=1):
         loss = model(**batch).loss
         loss.backward()
@@ -127,7 +135,7 @@ def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
         scheduler.step()
         optimizer.zero_grad()
         running_loss += loss.detach()
-        stamps.append(time.perf_counter())
+        stamps.append(_stamp())
         if not flow_on:
             continue
         if step % workload.logging_steps == 0:
@@ -155,7 +163,7 @@ def _plain_evaluate(model: torch.nn.Module, loader) -> float:
     return total.item() / max(batches, 1)
 
 
-def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[float]:
+def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.loggers import Logger
@@ -202,10 +210,10 @@ def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[flo
 
     class StepStamps(pl.Callback):
         def __init__(self) -> None:
-            self.stamps: list[float] = []
+            self.stamps: list[tuple[float, float]] = []
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            self.stamps.append(time.perf_counter())
+            self.stamps.append(_stamp())
 
     stamps = StepStamps()
     callbacks: list = [stamps]
@@ -228,7 +236,7 @@ def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[flo
     return stamps.stamps
 
 
-TRAINERS: dict[str, Callable[[Workload, bool, str], list[float]]] = {
+TRAINERS: dict[str, Callable[[Workload, bool, str], list[tuple[float, float]]]] = {
     "plain": train_plain,
     "lightning": train_lightning,
     "hf": train_hf,
@@ -237,18 +245,20 @@ TRAINERS: dict[str, Callable[[Workload, bool, str], list[float]]] = {
 
 
 def run_training(contender: str, workload: Workload, flow_on: bool, workdir: str) -> dict[str, Any]:
-    """One timed training run; returns steps/s and tokens/s over the timed window."""
+    """One timed training run; returns steps/s and tokens/s over the timed window (wall clock and CPU time)."""
     torch.set_num_threads(1)
     started = time.perf_counter()
     stamps = TRAINERS[contender](workload, flow_on, workdir)
     if len(stamps) != workload.max_steps:
         raise RuntimeError(f"{contender} ran {len(stamps)} optimizer steps, expected {workload.max_steps}.")
     # stamps[k - 1] is taken right after optimizer step k.
-    window = stamps[workload.max_steps - 1] - stamps[workload.warmup_steps - 1]
-    steps_per_s = workload.timed_steps / window
+    first, last = stamps[workload.warmup_steps - 1], stamps[workload.max_steps - 1]
+    wall, cpu = last[0] - first[0], last[1] - first[1]
     return {
-        "steps_per_s": steps_per_s,
-        "tokens_per_s": steps_per_s * workload.tokens_per_step,
-        "timed_seconds": window,
-        "startup_seconds": stamps[0] - started,
+        "steps_per_s": workload.timed_steps / wall,
+        "tokens_per_s": workload.timed_steps * workload.tokens_per_step / wall,
+        "cpu_steps_per_s": workload.timed_steps / cpu,
+        "timed_seconds": wall,
+        "timed_cpu_seconds": cpu,
+        "startup_seconds": stamps[0][0] - started,
     }

@@ -60,13 +60,13 @@ class Workload:
 
 
 # The timed window is steps warmup..max_steps. A log/eval/save fired at a step falls between that step's
-# timestamp and the next one, so with warmup = 10 the window holds exactly timed_steps / 10 logs and
-# timed_steps / eval_save_steps evaluations and saves for every contender.
+# timestamp and the next one, so the window holds the same logs, evaluations and saves for every contender:
+# tiny 20 logs + 4 eval/saves in 200 steps (10..210); small 2 logs + 2 eval/saves in 20 steps (5..25).
 WORKLOADS = {
     "tiny": Workload("tiny", n_layer=2, n_embd=64, n_head=2, vocab=256, seq_len=32, batch_size=8,
                      warmup_steps=10, timed_steps=200, logging_steps=10, eval_save_steps=50, eval_rows=64),
     "small": Workload("small", n_layer=4, n_embd=256, n_head=4, vocab=1024, seq_len=128, batch_size=8,
-                      warmup_steps=10, timed_steps=30, logging_steps=10, eval_save_steps=10, eval_rows=16),
+                      warmup_steps=5, timed_steps=20, logging_steps=10, eval_save_steps=10, eval_rows=16),
 }
 
 # ``--quick``: the same code paths with as little work as possible (for the test; the numbers mean nothing).

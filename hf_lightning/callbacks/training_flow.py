@@ -30,7 +30,13 @@ import numpy as np
 import torch
 
 from hf_lightning import _compat
-from hf_lightning.callbacks.hf_api import CallbackHandler, DefaultFlowCallback, PrinterCallback, TrainerCallback
+from hf_lightning.callbacks.hf_api import (
+    CallbackHandler,
+    DefaultFlowCallback,
+    PrinterCallback,
+    ProgressCallback,
+    TrainerCallback,
+)
 from hf_lightning.checkpointing.format import load_model_weights, load_optimizer_and_scheduler, load_scaler
 from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME
@@ -67,9 +73,16 @@ class HFFlowCallback(pl.Callback):
     state_key_name = "HFFlowCallback"
 
     def __init__(self, args: Any, callbacks: list | None = None, processing_class: Any = None,
-                 data_collator: Callable | None = None, hooks: Any = None) -> None:
+                 data_collator: Callable | None = None, hooks: Any = None, hf_progress: bool = False) -> None:
         self.args = args
-        progress = [PrinterCallback] if getattr(args, "disable_tqdm", False) else []
+        # HF appends PrinterCallback (disable_tqdm) or ProgressCallback after the user's callbacks. The facade asks
+        # for HF's own bar (hf_progress=True, the output HF users know); the Lightning-native path keeps
+        # Lightning's progress bar instead.
+        if getattr(args, "disable_tqdm", False):
+            progress = [PrinterCallback]
+        else:
+            progress = [ProgressCallback] if hf_progress else []
+        self.uses_hf_progress = bool(progress) and progress[0] is ProgressCallback
         self.handler = CallbackHandler(
             [DefaultFlowCallback, *(callbacks or []), *progress], None, processing_class, None, None
         )
@@ -245,6 +258,13 @@ class HFFlowCallback(pl.Callback):
             torch.empty((), dtype=torch.int64).random_()
         self._rng_restore = None
 
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # HF hands callbacks the eval dataloader (ProgressCallback sizes its bar from it).
+        self.handler.eval_dataloader = _first(trainer.val_dataloaders)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.handler.eval_dataloader = _first(trainer.test_dataloaders)
+
     def on_hf_event(self, event: str, **kwargs: Any) -> None:
         """An HF per-window event reported by the module while it runs a window."""
         if event == "on_micro_batch_end":
@@ -399,6 +419,9 @@ class HFFlowCallback(pl.Callback):
         if eval_dataset is not None:
             raise ValueError("Evaluating another dataset while training is not supported; pass it to "
                              "Trainer.evaluate() after train().")
+        if ignore_keys is None:
+            # train(ignore_keys_for_eval=...) leaves them on the module's request; HF passes them to every evaluate.
+            ignore_keys = module.eval_request.ignore_keys
         wants_outputs = module.compute_metrics is not None or module.metrics is not None
         module.eval_request = EvalRequest(prediction_loss_only=None if wants_outputs else True,
                                           ignore_keys=ignore_keys, keep_predictions=False)
@@ -540,6 +563,10 @@ class HFFlowCallback(pl.Callback):
     # ------------------------------------------------------------------ Lightning checkpoint state
     def state_dict(self) -> dict[str, Any]:
         return {"trainer_state": self.state.__dict__.copy()}
+
+
+def _first(loaders: Any) -> Any:
+    return loaders[0] if isinstance(loaders, (list, tuple)) and loaders else loaders
 
 
 def _current_lr(trainer: pl.Trainer) -> float:

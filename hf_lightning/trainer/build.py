@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from typing import Any
 
@@ -98,7 +100,7 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
         num_sanity_val_steps=0,
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=not getattr(args, "disable_tqdm", False),
+        enable_progress_bar=not getattr(args, "disable_tqdm", False) and not flow.uses_hf_progress,
         logger=build_loggers(args) or False,
         default_root_dir=args.output_dir,
         deterministic=True if getattr(args, "full_determinism", False) else None,
@@ -109,3 +111,18 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
     )
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)
+
+
+@contextlib.contextmanager
+def quiet_lightning():
+    """Silence Lightning's INFO banners (devices found, tips, "fit stopped") for the HF-style facade, whose users
+    expect HF's output only; warnings and errors still show."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric", "lightning")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

@@ -29,7 +29,7 @@ from hf_lightning.data.datamodule import HFDataModule
 from hf_lightning.evaluation import EvalRequest, as_metric_collection
 from hf_lightning.module import HFLightningModule
 from hf_lightning.seed import enable_full_determinism, set_seed
-from hf_lightning.trainer.build import build_lightning_trainer
+from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
 from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
 
 
@@ -136,7 +136,7 @@ class Trainer:
 
         hf_callbacks = [cb for cb in callbacks or [] if not _is_lightning_callback(cb)]
         self._pl_callbacks = [cb for cb in callbacks or [] if _is_lightning_callback(cb)]
-        self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class,
+        self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class, hf_progress=True,
                                    data_collator=data_collator, hooks=self)
         self.callback_handler = self.flow.handler
         self.callback_handler.model = self.model
@@ -256,7 +256,8 @@ class Trainer:
         self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
         self.is_in_train = True
         try:
-            self._pl_trainer.fit(self._module, datamodule=self._datamodule, ckpt_path=ckpt_path)
+            with quiet_lightning():
+                self._pl_trainer.fit(self._module, datamodule=self._datamodule, ckpt_path=ckpt_path)
         finally:
             self.is_in_train = False
         return self.flow.train_output

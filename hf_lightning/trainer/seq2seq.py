@@ -33,6 +33,8 @@ from torch import nn
 from hf_lightning.outputs import PredictionOutput
 from hf_lightning.trainer.facade import Trainer
 
+__all__ = ["GENERATION_CONFIG_FILE", "Seq2SeqTrainer"]
+
 GENERATION_CONFIG_FILE = "generation_config.json"
 
 # generate()'s built-in length when neither the call nor the model's generation config sets one.
@@ -281,5 +283,3 @@ def _full_parameters(model: nn.Module):
         return FullyShardedDataParallel.summon_full_params(model)
     return contextlib.nullcontext()
 
-
-__all__ = ["Seq2SeqTrainer", "GENERATION_CONFIG_FILE"]

@@ -49,8 +49,10 @@ def test_quick_run_measures_every_training_contender_in_both_settings(quick_run)
         for result in contenders.values():
             assert result["steps_per_s"]["median"] > 0
             assert result["tokens_per_s"]["median"] == pytest.approx(result["steps_per_s"]["median"] * 8 * 32)
-        assert set(data["ratios"]["training"][f"tiny/{flow}"]) >= {
-            "hf_lightning/hf", "hf_lightning/lightning", "hf_lightning/plain"}
+            assert result["cpu_steps_per_s"]["median"] > 0
+        for clock in ("wall", "cpu"):
+            assert set(data["ratios"]["training"][f"tiny/{flow}"][clock]) >= {
+                "hf_lightning/hf", "hf_lightning/lightning", "hf_lightning/plain"}
 
 
 def test_quick_run_evaluation_agrees_with_transformers(quick_run):
@@ -89,7 +91,7 @@ def test_summary_medians_and_ratios_from_raw_records():
     ] + [{"section": "train", "workload": "tiny", "flow": "on", "contender": "hf", "result": {"error": "boom"}}]
     summary = report.summarize(records)
     assert summary["training"]["tiny"]["on"]["hf_lightning"]["steps_per_s"]["median"] == 5.5
-    ratios = summary["ratios"]["training"]["tiny/on"]
+    ratios = summary["ratios"]["training"]["tiny/on"]["wall"]
     assert ratios["hf_lightning/plain"] == pytest.approx(5.5 / 11.0)
     assert ratios["hf_lightning/hf"] == pytest.approx(5.5 / 5.0)
     assert summary["ratios"]["evaluation"]["peak_rss_growth_1x_to_10x"]["hf"] == pytest.approx(0.3)

@@ -369,3 +369,81 @@ def test_lm_evaluate_ignores_past_key_values(tmp_path):
         results[kind] = (trainer.evaluate(), calls)
     assert_metrics_equal(results["hf"][0], results["ours"][0])
     assert_same(results["hf"][1], results["ours"][1])
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def test_iterable_eval_sets_with_batch_eval_metrics(tmp_path):
+    """Eval sets without a length (alone and inside a dict): compute_result on each set's last batch, samples
+    counted as observed."""
+    results = {}
+    for kind in ("hf", "ours"):
+        calls: list = []
+        trainer, recorder = _trainer(kind, tmp_path, tiny_bert_classifier,
+                                     dict(per_device_eval_batch_size=4, batch_eval_metrics=True),
+                                     compute_metrics=make_compute_metrics(calls, batched=True))
+        single = trainer.evaluate(_Stream(classification_data(n=10).rows))
+        both = trainer.evaluate({"x": _Stream(classification_data(n=6).rows), "y": classification_data(n=5)})
+        results[kind] = (single, both, calls, recorder.events)
+    hf, ours = results["hf"], results["ours"]
+    assert_metrics_equal(hf[0], ours[0])
+    assert_metrics_equal(hf[1], ours[1])
+    assert_same(hf[2], ours[2], "compute_metrics calls")
+    assert [c["compute_result"] for c in ours[2]] == [False, False, True, False, True, False, True]
+    assert ours[3] == hf[3]
+
+
+def test_predict_without_labels_and_nested_outputs(tmp_path):
+    """No labels: no loss, label_ids None, no compute_metrics call. Outputs holding a tuple of hidden states are
+    joined per element; ignore_keys drops them."""
+    from transformers import BertForSequenceClassification
+
+    def model():
+        torch.manual_seed(0)
+        return BertForSequenceClassification(_bert_config(num_labels=3, output_hidden_states=True))
+
+    unlabeled = DictDataset([{k: v for k, v in row.items() if k != "labels"}
+                             for row in classification_data(n=7, seed=2).rows])
+    results = {}
+    for kind in ("hf", "ours"):
+        calls: list = []
+        trainer, recorder = _trainer(kind, tmp_path, model, dict(per_device_eval_batch_size=3),
+                                     compute_metrics=make_compute_metrics(calls))
+        results[kind] = (trainer.predict(unlabeled), trainer.predict(unlabeled, ignore_keys=["hidden_states"]),
+                         trainer.predict(classification_data(n=5), ignore_keys=["hidden_states"]), calls,
+                         recorder.events)
+    hf, ours = results["hf"], results["ours"]
+    for i in range(3):
+        assert_metrics_equal(hf[i].metrics, ours[i].metrics)
+        assert_same(hf[i].predictions, ours[i].predictions, f"predictions {i}")
+        assert_same(hf[i].label_ids, ours[i].label_ids, f"label_ids {i}")
+    assert isinstance(ours[0].predictions, tuple) and isinstance(ours[0].predictions[1], tuple)
+    assert ours[0].label_ids is None and "test_loss" not in ours[0].metrics
+    assert_same(hf[3], ours[3], "compute_metrics calls")
+    assert ours[4] == hf[4]
+
+
+def test_train_ignore_keys_for_eval_reach_every_evaluation(tmp_path):
+    from transformers import BertForSequenceClassification
+
+    def model():
+        torch.manual_seed(0)
+        return BertForSequenceClassification(_bert_config(num_labels=3, output_hidden_states=True))
+
+    calls = {}
+    for kind in ("hf", "ours"):
+        calls[kind] = []
+        trainer, _ = _trainer(kind, tmp_path, model, dict(per_device_train_batch_size=4, max_steps=4,
+                                                          eval_strategy="steps", eval_steps=2, save_strategy="no"),
+                              train_dataset=classification_data(n=16), eval_dataset=classification_data(n=6, seed=3),
+                              compute_metrics=make_compute_metrics(calls[kind]))
+        trainer.train(ignore_keys_for_eval=["hidden_states"])
+    assert len(calls["ours"]) == 2
+    assert_same(calls["hf"], calls["ours"], "compute_metrics calls")
+    assert all(isinstance(c["predictions"], np.ndarray) for c in calls["ours"])

@@ -170,6 +170,23 @@ def test_without_generation_matches_hf(tmp_path, args):
         assert ours[2].predictions is None and hf[2].predictions is None
 
 
+def test_predict_without_labels(tmp_path):
+    """``DataCollatorForSeq2Seq`` gives ``labels=None`` for unlabelled rows: generate only, no loss, no labels.
+    (HF fails on such a batch, so this checks ours alone.)"""
+    import hf_lightning
+
+    model, tokenizer = _tiny_t5(), _tokenizer()
+    args = hf_lightning.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True,
+                                                 predict_with_generate=True, generation_max_length=6,
+                                                 per_device_eval_batch_size=2)
+    trainer = hf_lightning.Seq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                          data_collator=hf_lightning.DataCollatorForSeq2Seq(tokenizer, model=model))
+    rows = DictDataset([{"input_ids": row["input_ids"]} for row in _copy_task(4, seed=3).rows])
+    output = trainer.predict(rows)
+    assert output.predictions.shape == (4, 20) and output.label_ids is None
+    assert "test_loss" not in output.metrics
+
+
 def test_generation_config_argument_replaces_the_models(tmp_path):
     """A GenerationConfig object, its dict, a JSON file and a folder all become model.generation_config."""
     from transformers import GenerationConfig

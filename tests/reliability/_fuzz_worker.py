@@ -1,0 +1,184 @@
+"""The training process the kill/resume fuzz test starts, kills and restarts.
+
+It runs in a child of a ``multiprocessing`` fork server that imported torch, Lightning and hf_lightning once, so a
+restart costs milliseconds instead of an interpreter start. Each run resumes from ``get_last_checkpoint`` when
+there is one (``train(resume_from_checkpoint=...)`` or ``fit(ckpt_path=...)``), and may be told to SIGKILL itself
+at the k-th time it reaches a chosen point of the checkpoint code. On success it writes the final weights and
+``log_history`` to ``result`` (atomically), so a run killed while writing them leaves no result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+
+import torch
+from torch import nn
+
+import hf_lightning
+from hf_lightning import _compat  # noqa: F401 - imported so the fork server preloads it
+from hf_lightning.checkpointing import format as fmt
+from hf_lightning.checkpointing import rotation
+from hf_lightning.state import TrainerState
+from tests.helpers.models import DictDataset
+
+# Run shape: 20 rows / batch 4 = 5 micro-batches, GA 2 → windows of 2, 2, 1 (3 optimizer steps per epoch, a short
+# last window); 30 steps = 10 epochs, a checkpoint every 2 steps lands mid-epoch and at epoch boundaries.
+MAX_STEPS = 30
+SAVE_STEPS = 2
+EVAL_STEPS = 5
+
+
+class DropoutRegression(nn.Module):
+    """An HF-convention model whose loss depends on the RNG (dropout), so a resume must restore it exactly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.inp = nn.Linear(4, 16)
+        self.drop = nn.Dropout(0.2)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x, labels=None):
+        preds = self.out(self.drop(torch.relu(self.inp(x)))).squeeze(-1)
+        if labels is None:
+            return (preds,)
+        return (nn.functional.mse_loss(preds, labels), preds)
+
+
+def _data(n: int, seed: int) -> DictDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    y = x.sum(-1) * 0.5 + 0.1 * torch.randn(n, generator=g)
+    return DictDataset([{"x": x[i], "labels": y[i]} for i in range(n)])
+
+
+def _args(out: str) -> hf_lightning.TrainingArguments:
+    return hf_lightning.TrainingArguments(
+        output_dir=out, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=MAX_STEPS,
+        logging_steps=1, save_steps=SAVE_STEPS, save_total_limit=2, eval_strategy="steps", eval_steps=EVAL_STEPS,
+        learning_rate=5e-2, seed=11, report_to="none", use_cpu=True, disable_tqdm=True,
+    )
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Countdown:
+    """Kills the process the ``k``-th time :meth:`hit` is called."""
+
+    def __init__(self, k: int) -> None:
+        self.left = k
+
+    def hit(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            _kill()
+
+
+def _install_kill_point(point: str, k: int) -> None:
+    """Patch one place of the checkpoint code to SIGKILL the process the ``k``-th time it is reached."""
+    countdown = _Countdown(k)
+    if point == "save_model":
+        original_save_model = fmt.save_model_files
+
+        def save_model_files(*a, **kw):
+            countdown.hit()
+            return original_save_model(*a, **kw)
+
+        fmt.save_model_files = save_model_files
+    elif point in ("optimizer", "rng"):
+        suffix = "optimizer.pt" if point == "optimizer" else "rng_state.pth"
+        original_torch_save = torch.save
+
+        def save(obj, f, *a, **kw):
+            if str(f).endswith(suffix):
+                countdown.hit()
+            return original_torch_save(obj, f, *a, **kw)
+
+        torch.save = save
+    elif point == "trainer_state":
+        original_to_json = TrainerState.save_to_json
+
+        def save_to_json(self, path):
+            # Half a file first: a kill here leaves a truncated trainer_state.json in the temporary folder.
+            if countdown.left == 1:
+                with open(path, "w") as f:
+                    f.write('{"global_step": ')
+            countdown.hit()
+            return original_to_json(self, path)
+
+        TrainerState.save_to_json = save_to_json
+    elif point in ("publish", "published"):
+        original_publish = fmt._publish
+
+        def publish(temporary, final):
+            if point == "publish":
+                countdown.hit()
+            original_publish(temporary, final)
+            if point == "published":
+                countdown.hit()
+
+        fmt._publish = publish
+    elif point == "rotate":
+        original_rmtree = rotation.shutil.rmtree
+
+        def rmtree(path, *a, **kw):
+            if str(path).endswith(".deleting") and countdown.left == 1:
+                # Delete one file, then die: the folder being rotated away is left half deleted.
+                files = sorted(os.listdir(path))
+                if files:
+                    os.remove(os.path.join(path, files[0]))
+                _kill()
+            if str(path).endswith(".deleting"):
+                countdown.hit()
+            return original_rmtree(path, *a, **kw)
+
+        shutil.rmtree = rmtree
+    elif point != "none":
+        raise ValueError(f"unknown kill point {point!r}")
+
+
+def train_once(out: str, mode: str, point: str = "none", k: int = 0, result: str | None = None,
+               log: str | None = None) -> None:
+    """Train (resuming from the last complete checkpoint in ``out``), optionally killing itself on the way.
+
+    Args:
+        out: The output directory.
+        mode: ``"facade"`` (``Trainer.train``) or ``"native"`` (``lightning.Trainer.fit``).
+        point: Where to kill (see :func:`_install_kill_point`), or ``"none"``.
+        k: Kill the ``k``-th time ``point`` is reached.
+        result: Where to write ``{"weights": ..., "log_history": ...}`` after a finished run.
+        log: A file that receives this process's stdout and stderr.
+    """
+    if log is not None:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    torch.set_num_threads(1)
+    _install_kill_point(point, k)
+    last = hf_lightning.get_last_checkpoint(out) if os.path.isdir(out) else None
+    args = _args(out)
+    model = DropoutRegression()
+    train, evald = _data(20, seed=5), _data(8, seed=6)
+    if mode == "facade":
+        trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald)
+        trainer.train(resume_from_checkpoint=last)
+        log_history = trainer.state.log_history
+    else:
+        pl_trainer = hf_lightning.build_lightning_trainer(args, enable_progress_bar=False, logger=False)
+        module = hf_lightning.HFLightningModule(model, args)
+        datamodule = hf_lightning.HFDataModule(args, train_dataset=train, eval_dataset=evald)
+        pl_trainer.fit(module, datamodule=datamodule, ckpt_path=last)
+        flow = next(cb for cb in pl_trainer.callbacks if type(cb).__name__ == "HFFlowCallback")
+        log_history = flow.state.log_history
+    if result is not None:
+        weights = {name: value.tolist() for name, value in model.state_dict().items()}
+        temporary = f"{result}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+            json.dump({"weights": weights, "log_history": log_history, "finished_at": time.time()}, f)
+        os.replace(temporary, result)
