@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m hf_lightning.demo --output_dir demo_output
+	$(PY) examples/demo.py --output_dir demo_output
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider

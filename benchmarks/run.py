@@ -265,6 +265,19 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def reprint(path: str) -> dict[str, Any]:
+    """Recompute the summary of a saved run from its raw measurements, print it and write it back."""
+    from report import markdown, summarize
+
+    with open(path) as f:
+        output = json.load(f)
+    output.update(summarize(output["raw"]))
+    with open(path, "w") as f:
+        json.dump(output, f, indent=2)
+    print(markdown(output))
+    return {}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="every code path once with a few steps (for tests)")
@@ -272,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sections", default="train,eval,checkpoint,import",
                         help="comma-separated subset of train,eval,checkpoint,import")
     parser.add_argument("--repeats", type=int, default=None, help="override every section's repeat count")
+    parser.add_argument("--report", metavar="JSON", help="print the tables of an earlier run's JSON and exit "
+                        "(recomputes medians and ratios from its raw measurements)")
     parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.worker:
@@ -279,6 +294,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
 
     sys.path.insert(0, HERE)
+    if options.report:
+        return reprint(options.report)
     sections = [s.strip() for s in options.sections.split(",") if s.strip()]
     unknown = set(sections) - {"train", "eval", "checkpoint", "import"}
     if unknown:

@@ -63,9 +63,6 @@ def run_clm_argv(output_dir: str, max_steps: int, every: int) -> list[str]:
         "--save_steps", str(every),
         "--save_total_limit", "2",
         "--report_to", "tensorboard",
-        # HF prints each log line under its progress bar; hf_lightning's Lightning bar does not show them yet,
-        # so the demo prints them plainly (PrinterCallback).
-        "--disable_tqdm", "true",
         "--seed", "42",
     ]
 

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     datamodule = HFDataModule(
         training_args,
         train_dataset=tokenized["train"] if training_args.do_train else None,
-        eval_dataset=tokenized["validation"] if training_args.do_eval or training_args.eval_strategy != "no" else None,
+        # do_eval is also on whenever eval_strategy evaluates during training (HF's rule).
+        eval_dataset=tokenized["validation"] if training_args.do_eval else None,
         test_dataset=tokenized["test"] if training_args.do_predict else None,
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,

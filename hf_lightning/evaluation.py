@@ -32,22 +32,35 @@ class EvalRequest:
         ignore_keys: output keys left out of the predictions.
         keep_predictions: gather predictions/labels even when no metric needs them (``predict()``); ``None``
             lets the loop decide (Lightning's test loop keeps them, the validation loop does not).
+        full_batch_loss_weight: repeat every batch loss ``eval_batch_size`` times, the last partial batch's too
+            (HF's ``Seq2SeqTrainer`` gathers losses without dropping the surplus copies), instead of once per sample.
     """
 
     def __init__(self, prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None,
-                 keep_predictions: bool | None = None) -> None:
+                 keep_predictions: bool | None = None, full_batch_loss_weight: bool = False) -> None:
         self.prediction_loss_only = prediction_loss_only
         self.ignore_keys = ignore_keys
         self.keep_predictions = keep_predictions
+        self.full_batch_loss_weight = full_batch_loss_weight
 
 
 def as_metric_collection(metrics: Any) -> MetricCollection | None:
     """Normalise a ``metrics=`` argument into a ``MetricCollection`` (or ``None``).
 
-    A single ``Metric`` is keyed by its class name (torchmetrics' own rule); a dict gives the names.
+    Args:
+        metrics: a torchmetrics ``Metric`` (keyed by its class name, torchmetrics' own rule), a
+            ``MetricCollection``, a dict ``name -> Metric``, or ``None``.
+
+    Returns:
+        The collection (the same object when one was given), or ``None``.
 
     Raises:
-        TypeError: for anything that is not a torchmetrics ``Metric``, ``MetricCollection`` or dict of them.
+        TypeError: for anything else, pointing plain functions to ``compute_metrics``.
+
+    Example:
+        >>> from torchmetrics.classification import MulticlassAccuracy
+        >>> list(as_metric_collection({"accuracy": MulticlassAccuracy(num_classes=3)}).keys())
+        ['accuracy']
     """
     if metrics is None or isinstance(metrics, MetricCollection):
         return metrics
@@ -64,8 +77,17 @@ def as_metric_collection(metrics: Any) -> MetricCollection | None:
 def streaming_update_args(logits: Any, labels: Any, preprocessed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(preds, target)`` for ``Metric.update`` from one batch's logits and labels.
 
-    Float logits with a class dimension become class ids (argmax over the last dim) unless
-    ``preprocess_logits_for_metrics`` already produced the predictions.
+    Float logits with a class dimension (2 dims or more) become class ids, the argmax over the last dim, unless
+    ``preprocess_logits_for_metrics`` already produced the predictions; anything else (one value per sample,
+    integer predictions) is passed as it is.
+
+    Args:
+        logits: the batch's logits, after ``preprocess_logits_for_metrics`` when one is given.
+        labels: the batch's labels.
+        preprocessed: whether ``preprocess_logits_for_metrics`` ran.
+
+    Returns:
+        ``(preds, target)`` on the device they came from.
 
     Raises:
         ValueError: when the model gives several outputs or label tensors (question answering, extra outputs):
@@ -92,6 +114,8 @@ def _metric_value(value: Any) -> Any:
 
 def _pad_and_cat(a: torch.Tensor, b: torch.Tensor, padding_index: int = PAD_INDEX) -> torch.Tensor:
     """Concatenate on dim 0, padding dim 1 with ``padding_index`` when the lengths differ."""
+    # HF treats a 0-dim batch output (a scalar per batch) as one row.
+    a, b = torch.atleast_1d(a), torch.atleast_1d(b)
     if a.dim() < 2 or a.shape[1] == b.shape[1]:
         return torch.cat((a, b), dim=0)
     new_shape = (a.shape[0] + b.shape[0], max(a.shape[1], b.shape[1])) + tuple(a.shape[2:])
@@ -108,6 +132,29 @@ def nested_concat(a: Any, b: Any, padding_index: int = PAD_INDEX) -> Any:
     if isinstance(a, Mapping):
         return type(a)({k: nested_concat(v, b[k], padding_index) for k, v in a.items()})
     return _pad_and_cat(a, b, padding_index)
+
+
+def nested_concat_all(values: list, padding_index: int = PAD_INDEX) -> Any:
+    """Concatenate a list of (nested) batch tensors at once: the result of folding :func:`nested_concat` over
+    the list (dim 1 padded with ``padding_index`` to the longest), with each batch copied only once."""
+    first = values[0]
+    if len(values) == 1:
+        return first
+    if isinstance(first, (list, tuple)):
+        return type(first)(nested_concat_all([v[i] for v in values], padding_index) for i in range(len(first)))
+    if isinstance(first, Mapping):
+        return type(first)({k: nested_concat_all([v[k] for v in values], padding_index) for k in first})
+    values = [torch.atleast_1d(v) for v in values]
+    first = values[0]
+    if first.dim() < 2 or all(v.shape[1] == first.shape[1] for v in values):
+        return torch.cat(values, dim=0)
+    longest = max(v.shape[1] for v in values)
+    out = first.new_full((sum(v.shape[0] for v in values), longest) + tuple(first.shape[2:]), padding_index)
+    row = 0
+    for v in values:
+        out[row: row + v.shape[0], : v.shape[1]] = v
+        row += v.shape[0]
+    return out
 
 
 def nested_numpify(t: Any) -> Any:
@@ -130,26 +177,40 @@ def nested_detach(t: Any) -> Any:
     return t.detach() if isinstance(t, torch.Tensor) else t
 
 
+# Batches joined into one chunk while gathering (see _Container).
+_CHUNK_BATCHES = 32
+
+
 class _Container:
-    """Accumulates nested tensors across batches; moves them to numpy every ``eval_accumulation_steps``."""
+    """Accumulates nested tensors across batches; moves them to numpy every ``eval_accumulation_steps``.
+
+    Gives HF's concatenate-as-you-go result, but batches are joined in chunks of ``_CHUNK_BATCHES`` and the chunks
+    once at the end, so each value is copied about twice in all instead of at every later batch (HF's pairwise
+    concatenation is quadratic in the number of batches).
+    """
 
     def __init__(self, do_concat: bool = True) -> None:
         self.do_concat = do_concat
-        self.tensors: Any = None
+        self.tensors: list | None = None
         self.arrays: Any = None
+        self._pending = 0
 
     def add(self, value: Any) -> None:
         if value is None:
             return
-        if not self.do_concat:
-            self.tensors = [value] if self.tensors is None else self.tensors + [value]
-        else:
-            self.tensors = value if self.tensors is None else nested_concat(self.tensors, value)
+        if self.tensors is None:
+            self.tensors, self._pending = [], 0
+        self.tensors.append(value)
+        self._pending += 1
+        if self.do_concat and self._pending == _CHUNK_BATCHES:
+            # Joining soon frees each batch's own tensors while their memory is still warm for the next batches.
+            self.tensors[-_CHUNK_BATCHES:] = [nested_concat_all(self.tensors[-_CHUNK_BATCHES:])]
+            self._pending = 0
 
     def to_numpy(self) -> None:
         if self.tensors is None:
             return
-        new = nested_numpify(self.tensors)
+        new = nested_numpify(nested_concat_all(self.tensors) if self.do_concat else self.tensors)
         if self.arrays is None:
             self.arrays = new
         elif self.do_concat:
@@ -168,6 +229,7 @@ def _np_nested_concat(a: Any, b: Any) -> Any:
         return type(a)(_np_nested_concat(x, y) for x, y in zip(a, b))
     if isinstance(a, Mapping):
         return type(a)({k: _np_nested_concat(v, b[k]) for k, v in a.items()})
+    a, b = np.atleast_1d(a), np.atleast_1d(b)
     if a.ndim < 2 or a.shape[1] == b.shape[1]:
         return np.concatenate((a, b), axis=0)
     shape = (a.shape[0] + b.shape[0], max(a.shape[1], b.shape[1])) + a.shape[2:]
@@ -212,14 +274,16 @@ class EvalAccumulator:
         self.steps = 0
 
     def add(self, loss: torch.Tensor | None, logits: Any, labels: Any, batch_size: int,
-            inputs_for_metrics: Any = None, raw_inputs: Any = None, is_last: bool = False) -> None:
-        """Record one ``prediction_step`` result (``batch_size`` = samples in this batch)."""
+            inputs_for_metrics: Any = None, raw_inputs: Any = None, is_last: bool = False,
+            loss_repeats: int | None = None) -> None:
+        """Record one ``prediction_step`` result (``batch_size`` = samples in this batch; the loss is repeated
+        ``loss_repeats`` times, by default once per sample)."""
         self.observed += batch_size
         self.steps += 1
         losses = None
         if loss is not None:
             # HF repeats the batch loss once per sample, which makes eval_loss the sample-weighted mean.
-            losses = loss.detach().reshape(1).repeat(batch_size)
+            losses = loss.detach().reshape(1).repeat(loss_repeats or batch_size)
             self.losses.add(losses)
         if logits is not None and self.preprocess_logits_for_metrics is not None:
             logits = self.preprocess_logits_for_metrics(logits, labels)

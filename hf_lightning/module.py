@@ -34,6 +34,7 @@ from hf_lightning.evaluation import (
 )
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler
+from hf_lightning.preflight import run_preflight
 
 # HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
 # ``labels[..., 1:]``. A model from config whose ``loss_type`` is None (GPT-2) is counted unshifted — an HF quirk
@@ -168,6 +169,8 @@ class HFLightningModule(pl.LightningModule):
             )
         if hasattr(datamodule, "bind_model"):
             datamodule.bind_model(self.model, self.label_names)
+        # Before the plan: building the train loader for it already fails on a bad batch size, with torch's words.
+        run_preflight(self, datamodule)
         self.plan = resolve_plan(
             self.args,
             datamodule.train_micro_batches(),
@@ -475,8 +478,9 @@ class HFLightningModule(pl.LightningModule):
         is_last = self._is_last_eval_batch(batch_idx, dataloader_idx)
         # HF fires on_prediction_step before a batch-wise compute_metrics runs.
         self._emit("on_prediction_step")
+        loss_repeats = self.args.eval_batch_size if request.full_batch_loss_weight else None
         acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
-                is_last=is_last)
+                is_last=is_last, loss_repeats=loss_repeats)
         if is_last:
             self._finish_eval_dataloader(dataloader_idx)
 

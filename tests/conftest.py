@@ -15,3 +15,21 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def _one_thread():
     torch.set_num_threads(1)
     yield
+
+
+# Opt-in long tests (e.g. the kill/resume fuzz with many trials): `pytest --run-slow` or HFL_SLOW=1.
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False, help="also run tests marked slow")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long test, skipped unless --run-slow or HFL_SLOW=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow") or os.environ.get("HFL_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow test: run with --run-slow or HFL_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -198,11 +198,11 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     _write_lines(path, [json.dumps(row, ensure_ascii=False) for row in rows])
 
 
-def main() -> None:
-    """Write every bundled data file (overwriting the previous ones)."""
+def main(out_dir: Path = HERE) -> None:
+    """Write every bundled data file under ``out_dir`` (default: beside this script, overwriting them)."""
     rng = random.Random(20240607)
-    _write_lines(HERE / "clm" / "train.txt", [_story(rng) for _ in range(600)])
-    _write_lines(HERE / "clm" / "validation.txt", [_story(rng) for _ in range(60)])
+    _write_lines(out_dir / "clm" / "train.txt", [_story(rng) for _ in range(600)])
+    _write_lines(out_dir / "clm" / "validation.txt", [_story(rng) for _ in range(60)])
 
     for split, size in (("train", 600), ("validation", 100), ("test", 100)):
         rows = []
@@ -210,13 +210,13 @@ def main() -> None:
             positive = index % 2 == 0
             rows.append({"sentence": _review(rng, positive), "label": "positive" if positive else "negative"})
         rng.shuffle(rows)
-        _write_jsonl(HERE / "classification" / f"{split}.jsonl", rows)
+        _write_jsonl(out_dir / "classification" / f"{split}.jsonl", rows)
 
     for split, size, held_out in (("train", 500, 0.0), ("validation", 80, 0.0), ("test", 80, 0.7)):
-        _write_jsonl(HERE / "ner" / f"{split}.jsonl", [_ner_example(rng, held_out) for _ in range(size)])
+        _write_jsonl(out_dir / "ner" / f"{split}.jsonl", [_ner_example(rng, held_out) for _ in range(size)])
 
     for split, size in (("train", 800), ("validation", 80), ("test", 80)):
-        _write_jsonl(HERE / "translation" / f"{split}.jsonl", [_pair(rng) for _ in range(size)])
+        _write_jsonl(out_dir / "translation" / f"{split}.jsonl", [_pair(rng) for _ in range(size)])
 
 
 if __name__ == "__main__":

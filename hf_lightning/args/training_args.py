@@ -18,7 +18,6 @@ values are read from the launcher's environment (`WORLD_SIZE`, `RANK`, `LOCAL_RA
 import contextlib
 import copy
 import dataclasses
-import importlib.util
 import json
 import logging
 import math
@@ -78,8 +77,6 @@ _ACCELERATOR_CONFIG_KEYS = (*_ACCELERATOR_CONFIG_DEFAULTS, "use_configured_state
 _FSDP_SHARDING_WORDS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
 _FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
-# The `report_to` integrations hf_lightning can drive, each with the module that must be importable.
-_REPORTING_MODULES: dict[str, tuple[str, ...]] = {"tensorboard": ("tensorboard", "tensorboardX")}
 
 
 def _default_optim() -> str:
@@ -1416,11 +1413,10 @@ def _normalize_report_to(value: Any) -> list[str]:
 
 def _installed_reporting_integrations() -> list[str]:
     """The `report_to` names hf_lightning supports whose package is importable ("all")."""
-    return [
-        name
-        for name, modules in _REPORTING_MODULES.items()
-        if any(importlib.util.find_spec(module) is not None for module in modules)
-    ]
+    # One module knows which loggers exist and what they need (imported here: loggers imports Lightning).
+    from hf_lightning.loggers import available_report_to
+
+    return available_report_to()
 
 
 def _normalize_accelerator_config(value: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -37,13 +38,19 @@ from hf_lightning.callbacks.hf_api import (
     ProgressCallback,
     TrainerCallback,
 )
-from hf_lightning.checkpointing.format import load_model_weights, load_optimizer_and_scheduler, load_scaler
+from hf_lightning.checkpointing.format import (
+    load_model_weights,
+    load_optimizer_and_scheduler,
+    load_scaler,
+    verify_checkpoint_files,
+)
 from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
-from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, checkpoint_folder_name
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.checkpointing.rotation import (
     clean_stale_temporary_folders,
     final_cleanup_for_limit_one,
+    foreign_checkpoints,
     rotate_checkpoints,
 )
 from hf_lightning.evaluation import EvalRequest
@@ -229,11 +236,33 @@ class HFFlowCallback(pl.Callback):
         self.handler.lr_scheduler = configs[0].scheduler if configs else None
         self.handler.train_dataloader = getattr(trainer.datamodule, "train_loader", lambda: None)()
         if resuming:
+            # Every pickle-based file of the folder is judged (nothing untrusted unpickled) before any is applied.
+            verify_checkpoint_files(self.resume_dir)
             self._resume_training_state(trainer)
+            if state.global_step >= plan.max_steps:
+                logger.warning(
+                    "Resumed from %s at step %d, which already reaches max_steps=%d: no step is left to train. "
+                    "Raise max_steps / num_train_epochs to train further.",
+                    self.resume_dir, state.global_step, plan.max_steps,
+                )
         self.start_time = time.time()
+        # Checkpoints an earlier run left in output_dir (not the lineage being resumed): never rotated away.
+        self._foreign_checkpoints: set[str] = set()
         if self._should_save():
             # Folders a killed save or deletion left behind are never picked up, but they take disk space.
             clean_stale_temporary_folders(args.output_dir, older_than=self.start_time)
+            foreign = foreign_checkpoints(args.output_dir, self.resume_dir)
+            self._foreign_checkpoints = set(foreign)
+            if foreign:
+                logger.warning(
+                    "%s already holds checkpoints this run did not write: %s. They are left alone: "
+                    "save_total_limit neither counts nor deletes them, and a checkpoint this run saves under one of "
+                    "their names keeps the old folder as superseded-<name>-<time>. get_last_checkpoint() / "
+                    "resume_from_checkpoint=True pick the highest step, which may be one of them; use one "
+                    "output_dir per run to keep runs apart.",
+                    args.output_dir,
+                    ", ".join(os.path.basename(path) for path in foreign),
+                )
         self.control = self.handler.on_train_begin(args, self.state, self.control)
         if getattr(args, "eval_on_start", False):
             self._evaluate(trainer, pl_module, skip_scheduler=True)
@@ -378,8 +407,9 @@ class HFFlowCallback(pl.Callback):
                 logs.update(speed_metrics("train", start_time,
                                           num_tokens=state.num_input_tokens_seen - self.initial_tokens_seen))
         state.log_history.append({**logs, "step": state.global_step})
-        self.control = self.handler.on_log(self.args, state, self.control, logs)
+        # Before the HF callbacks: HF's TensorBoardCallback runs before PrinterCallback, which pops total_flos.
         self._forward_to_loggers(logs)
+        self.control = self.handler.on_log(self.args, state, self.control, logs)
 
     def _log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
         # Lightning overwrites a callback's ``log`` attribute with the module's, so our HF ``log`` is named
@@ -423,8 +453,10 @@ class HFFlowCallback(pl.Callback):
             # train(ignore_keys_for_eval=...) leaves them on the module's request; HF passes them to every evaluate.
             ignore_keys = module.eval_request.ignore_keys
         wants_outputs = module.compute_metrics is not None or module.metrics is not None
-        module.eval_request = EvalRequest(prediction_loss_only=None if wants_outputs else True,
-                                          ignore_keys=ignore_keys, keep_predictions=False)
+        module.eval_request = EvalRequest(
+            prediction_loss_only=None if wants_outputs else True, ignore_keys=ignore_keys, keep_predictions=False,
+            full_batch_loss_weight=bool(getattr(self.hooks, "eval_loss_full_batch_weight", False)),
+        )
         datamodule = trainer.datamodule
         names, datasets = datamodule.eval_names, datamodule.eval_datasets()
         # Set on the HF-style facade when its first evaluation ran before training; HF reports it from then on.
@@ -518,6 +550,8 @@ class HFFlowCallback(pl.Callback):
                 else:
                     state.stateful_callbacks[name] = cb.state()
         scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+        foreign = getattr(self, "_foreign_checkpoints", set())
+        folder = str(Path(run_dir) / checkpoint_folder_name(state.global_step))
         payload = HFCheckpoint(
             state.global_step,
             model=pl_module.model,
@@ -533,15 +567,18 @@ class HFFlowCallback(pl.Callback):
             should_save=should_save,
             scaler=getattr(trainer.precision_plugin, "scaler", None),
             barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
+            # An earlier run's folder of this name is kept aside, not deleted.
+            keep_replaced=folder in foreign,
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io
         if not isinstance(checkpoint_io, HFCheckpointIO):
             checkpoint_io = HFCheckpointIO()
         checkpoint_io.save_checkpoint(payload, run_dir)
+        foreign.discard(folder)
         if should_save:
             rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
-                               best_model_checkpoint=state.best_model_checkpoint, use_mtime=True)
+                               best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=foreign)
 
     def _load_best_model(self, pl_module: pl.LightningModule) -> None:
         load_model_weights(pl_module.model, self.state.best_model_checkpoint, strict=False)

@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import shutil
+import time
 import zipfile
 from collections.abc import Callable, Iterable
 from enum import Enum
@@ -34,7 +35,7 @@ import safetensors.torch
 import torch
 
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, checkpoint_folder_name
-from hf_lightning.checkpointing.rng import capture_rng_state, rng_file_name
+from hf_lightning.checkpointing.rng import capture_rng_state, rng_file_name, rng_safe_globals
 
 __all__ = [
     "CONFIG_NAME",
@@ -48,7 +49,9 @@ __all__ = [
     "TRAINING_ARGS_NAME",
     "WEIGHTS_INDEX_NAME",
     "WEIGHTS_NAME",
+    "SUPERSEDED_CHECKPOINT_PREFIX",
     "CheckpointLoadError",
+    "CheckpointSaveError",
     "WeightsLoadResult",
     "has_model_weights",
     "is_complete_checkpoint",
@@ -59,6 +62,7 @@ __all__ = [
     "safe_torch_load",
     "save_model_files",
     "save_training_args",
+    "verify_checkpoint_files",
     "write_checkpoint",
 ]
 
@@ -75,6 +79,9 @@ SCALER_NAME = "scaler.pt"
 TRAINING_ARGS_NAME = "training_args.bin"
 TRAINING_ARGS_JSON_NAME = "training_args.json"
 TEMPORARY_CHECKPOINT_PREFIX = ".tmp-checkpoint-"
+# An earlier run's `checkpoint-N` that a new run writes over is kept under this prefix (see `write_checkpoint`). The
+# name starts with neither `checkpoint-` (HF's rotation glob) nor `.tmp-checkpoint-` (stale-folder cleanup).
+SUPERSEDED_CHECKPOINT_PREFIX = "superseded-"
 
 # Weight files that make a folder loadable as a model: full/sharded weights and PEFT adapters (as HF accepts).
 _WEIGHT_FILES = (
@@ -107,6 +114,41 @@ class CheckpointLoadError(ValueError):
             f"Cannot load {self.path}: {reason}. The checkpoint folder {folder} is damaged or was modified after "
             "it was saved; delete that folder (or move it out of the output directory) and resume from another "
             "checkpoint, or start training from scratch."
+        )
+
+
+_SAVE_ADVICE = {
+    errno_code: advice
+    for codes, advice in (
+        (("ENOSPC", "EDQUOT"), "Free disk space (or lower save_total_limit, or use an output_dir on a larger disk)"),
+        (("EACCES", "EPERM", "EROFS"), "Make output_dir writable (or choose another output_dir)"),
+    )
+    for errno_code in codes
+}
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written (disk full, no permission, ...); nothing of it was published.
+
+    The ``errno`` of the underlying ``OSError`` is kept. Earlier checkpoints are untouched, so training can be
+    resumed from the last one once the cause is fixed.
+
+    Attributes:
+        folder: The ``checkpoint-N`` folder that was being written.
+    """
+
+    def __init__(self, folder: str, cause: OSError):
+        import errno as errno_module
+
+        self.folder = folder
+        name = errno_module.errorcode.get(cause.errno or 0, "")
+        advice = _SAVE_ADVICE.get(name, "Fix the cause")
+        where = f" ({cause.filename})" if cause.filename else ""
+        super().__init__(
+            cause.errno,
+            f"Could not save the checkpoint {folder}: {cause.strerror or cause}{where}. Nothing of it was published "
+            f"and the earlier checkpoints in {os.path.dirname(folder) or '.'} are intact. {advice}, then resume with "
+            "train(resume_from_checkpoint=True) / fit(ckpt_path=get_last_checkpoint(output_dir)).",
         )
 
 
@@ -336,22 +378,53 @@ def _fsync_tree(root: str) -> None:
         _fsync_path(folder, directory=True)
 
 
+def _superseded_path(final: str) -> str:
+    parent, name = os.path.split(final)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = os.path.join(parent, f"{SUPERSEDED_CHECKPOINT_PREFIX}{name}-{stamp}")
+    suffix = 1
+    while os.path.lexists(candidate):
+        suffix += 1
+        candidate = os.path.join(parent, f"{SUPERSEDED_CHECKPOINT_PREFIX}{name}-{stamp}-{suffix}")
+    return candidate
+
+
+def _set_aside(final: str) -> None:
+    """Rename an existing ``final`` (an earlier run's folder) to ``superseded-<name>-<time>`` so nothing deletes it."""
+    if not os.path.lexists(final):
+        return
+    aside = _superseded_path(final)
+    os.replace(final, aside)
+    _fsync_path(os.path.dirname(final), directory=True)
+    logger.warning(
+        "%s already existed and was not written by this run; it is kept as %s (a new run never deletes checkpoints "
+        "it did not write). Delete it when you no longer need it.",
+        final,
+        aside,
+    )
+
+
 def _publish(temporary: str, final: str) -> None:
     """Rename ``temporary`` to ``final``; an existing ``final`` is swapped out first and deleted afterwards."""
     parent = os.path.dirname(final)
-    if os.path.lexists(final):
-        # HF writes into an existing folder; we replace it whole. Between the two renames a crash leaves the old
-        # folder under a `.tmp-checkpoint-*` name, which resume ignores and stale cleanup removes.
-        displaced = temporary + ".replaced"
-        if os.path.lexists(displaced):
-            shutil.rmtree(displaced)
-        os.replace(final, displaced)
+    if not os.path.lexists(final):
         os.replace(temporary, final)
         _fsync_path(parent, directory=True)
-        shutil.rmtree(displaced, ignore_errors=True)
-    else:
+        return
+    # HF writes into an existing folder; we replace it whole. A crash between the two renames leaves the old folder
+    # under a `.tmp-checkpoint-*` name, which resume ignores and stale cleanup removes.
+    displaced = temporary + ".replaced"
+    if os.path.lexists(displaced):
+        shutil.rmtree(displaced)
+    os.replace(final, displaced)
+    try:
         os.replace(temporary, final)
+    except BaseException:
+        # Never leave the step without its folder: put the old one back.
+        os.replace(displaced, final)
+        raise
     _fsync_path(parent, directory=True)
+    shutil.rmtree(displaced, ignore_errors=True)
 
 
 def _save_strategy(args: Any) -> str:
@@ -433,6 +506,7 @@ def write_checkpoint(
     scaler: Any = None,
     extra_callback_states: dict[str, Any] | None = None,
     barrier: Callable[[], None] | None = None,
+    keep_replaced: bool = False,
 ) -> str:
     """Write ``run_dir/checkpoint-{global_step}`` with HF's files, crash-safely.
 
@@ -448,8 +522,9 @@ def write_checkpoint(
 
     Crash safety: the files go to ``run_dir/.tmp-checkpoint-{global_step}-{pid}``, are fsynced, and the folder
     is renamed to ``checkpoint-{global_step}``. An existing folder of that name is replaced as a whole (HF writes
-    into it). If writing fails, the temporary folder is removed and the exception propagates; a previous
-    ``checkpoint-N`` is untouched.
+    into it); with ``keep_replaced`` it is renamed to ``superseded-checkpoint-{global_step}-<time>`` instead of
+    deleted. If writing fails, the temporary folder is removed and the error propagates (an ``OSError`` such as a
+    full disk as :class:`CheckpointSaveError`); every existing ``checkpoint-N`` is untouched.
 
     Several processes (``world_size > 1``): all of them write into one shared ``.tmp-checkpoint-{global_step}``
     folder, so the output directory must be on a filesystem every ``should_save`` process shares with the
@@ -477,6 +552,8 @@ def write_checkpoint(
         extra_callback_states: ``{class name: state}`` of stateful callbacks, stored in
             ``state.stateful_callbacks`` before ``trainer_state.json`` is written.
         barrier: Synchronises all processes; required when ``world_size > 1``.
+        keep_replaced: Keep an existing ``checkpoint-{global_step}`` (one an earlier run wrote) aside instead of
+            deleting it.
 
     Returns:
         The path of the checkpoint folder, ``os.path.join(run_dir, f"checkpoint-{global_step}")``.
@@ -484,6 +561,7 @@ def write_checkpoint(
     Raises:
         ValueError: ``optimizer`` or ``scheduler`` is None for a full checkpoint, or ``barrier`` is missing with
             ``world_size > 1``.
+        CheckpointSaveError: Writing failed with an ``OSError`` (disk full, permission denied, ...).
     """
     run_dir = os.fspath(run_dir)
     final = os.path.join(run_dir, checkpoint_folder_name(global_step))
@@ -523,6 +601,8 @@ def write_checkpoint(
         barrier()
         if should_save:
             _fsync_tree(temporary)
+            if keep_replaced:
+                _set_aside(final)
             _publish(temporary, final)
         barrier()
         if os.path.isdir(temporary):
@@ -539,15 +619,20 @@ def write_checkpoint(
         # One process that does not save: HF would only leave an RNG file in an incomplete folder; write nothing.
         logger.debug("write_checkpoint: should_save is False in a single-process run; nothing written.")
         return final
-    os.makedirs(run_dir, exist_ok=True)
     temporary = os.path.join(run_dir, f"{TEMPORARY_CHECKPOINT_PREFIX}{global_step}-{os.getpid()}")
-    if os.path.lexists(temporary):
-        shutil.rmtree(temporary)
-    os.makedirs(temporary)
     try:
+        os.makedirs(run_dir, exist_ok=True)
+        if os.path.lexists(temporary):
+            shutil.rmtree(temporary)
+        os.makedirs(temporary)
         _write_contents(temporary, run_dir, global_step, **contents)
         _fsync_tree(temporary)
+        if keep_replaced:
+            _set_aside(final)
         _publish(temporary, final)
+    except OSError as err:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise CheckpointSaveError(final, err) from err
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -557,6 +642,81 @@ def write_checkpoint(
 # ---------------------------------------------------------------------------------------------------------------
 # Inspecting
 # ---------------------------------------------------------------------------------------------------------------
+
+
+_CHECKPOINT_FOLDER = re.compile(r"^checkpoint-\d+$")
+_TORCH_FILE_SUFFIXES = (".pt", ".pth", ".bin")
+
+
+def _verify_torch_file(path: str, extra_safe_globals: Iterable[Any] | None = None) -> None:
+    """Load a ``torch.save`` file the safe way without reading its tensors (memory-mapped), to judge it."""
+    if not zipfile.is_zipfile(path):
+        # Not a torch.save archive (a raw pickle, an old format, or cut short): judge it by a full safe load.
+        safe_torch_load(path, extra_safe_globals=extra_safe_globals)
+        return
+    try:
+        if extra_safe_globals:
+            with torch.serialization.safe_globals(list(extra_safe_globals)):
+                torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        else:
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # noqa: BLE001 - every failure mode of a damaged file ends in the same advice
+        raise CheckpointLoadError(path, _describe_load_failure(err)) from None
+
+
+def verify_checkpoint_files(checkpoint_dir: str | os.PathLike) -> list[str]:
+    """Check a checkpoint folder before resuming from it: complete, and no file that could run code when loaded.
+
+    Every pickle-based file at the top of the folder is judged without unpickling anything untrusted:
+    ``optimizer.pt``, ``scheduler.pt``, ``scaler.pt``, ``rng_state.pth`` / ``rng_state_{rank}.pth``,
+    ``pytorch_model.bin`` and any other ``*.pt`` / ``*.pth`` / ``*.bin`` through ``torch.load(weights_only=True,
+    mmap=True)`` (tensors are mapped, not read), RNG files with exactly the NumPy globals they need, and
+    ``training_args.bin`` with a decoder that imports and runs nothing (see :func:`load_training_args`).
+    ``trainer_state.json`` and ``training_args.json`` must be valid JSON. A folder named ``checkpoint-N`` (or
+    holding optimizer / RNG files) must have ``trainer_state.json``, the file a save writes last.
+
+    Args:
+        checkpoint_dir: The folder to resume from.
+
+    Returns:
+        The names of the files checked.
+
+    Raises:
+        CheckpointLoadError: A file is truncated, corrupt, references code, or ``trainer_state.json`` is missing;
+            the message names the file.
+    """
+    folder = os.fspath(checkpoint_dir)
+    names = sorted(os.listdir(folder))
+    state_path = os.path.join(folder, TRAINER_STATE_NAME)
+    training_files = {OPTIMIZER_NAME, SCHEDULER_NAME, SCALER_NAME}
+    has_training_files = any(name in training_files or name.startswith("rng_state") for name in names)
+    if TRAINER_STATE_NAME not in names and (
+        _CHECKPOINT_FOLDER.match(os.path.basename(folder.rstrip(os.sep))) or has_training_files
+    ):
+        raise CheckpointLoadError(
+            state_path, "it is missing, so the save of this checkpoint did not finish (it is the last file written)"
+        )
+    checked = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if name in (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    json.load(f)
+            except ValueError as err:
+                raise CheckpointLoadError(path, f"it is not valid JSON ({err})") from None
+        elif name == TRAINING_ARGS_NAME:
+            _read_pickled_args(path)
+        elif name.startswith("rng_state") and name.endswith(".pth"):
+            _verify_torch_file(path, extra_safe_globals=rng_safe_globals())
+        elif name.endswith(_TORCH_FILE_SUFFIXES):
+            _verify_torch_file(path)
+        else:
+            continue
+        checked.append(name)
+    return checked
 
 
 def has_model_weights(path: str | os.PathLike) -> bool:
@@ -618,6 +778,28 @@ def _report_mismatch(model: torch.nn.Module, loaded: Iterable[str], result: Weig
         )
 
 
+def _refuse_foreign_weights(model: torch.nn.Module, stored: Iterable[str], checkpoint_dir: str) -> None:
+    """Refuse weights of which not a single tensor belongs to ``model`` (HF would warn and train from scratch)."""
+    stored = list(stored)
+    model_keys = list(model.state_dict())
+    if not stored or not model_keys or set(stored) & set(model_keys):
+        return
+    raise ValueError(
+        f"The checkpoint at {checkpoint_dir} holds the weights of another model: none of its {len(stored)} tensors "
+        f"(e.g. {stored[:3]}) is a parameter of {type(model).__name__} (e.g. {model_keys[:3]}), so nothing would be "
+        "loaded. Resume from a checkpoint of this model (check resume_from_checkpoint / ckpt_path), or build the "
+        "model these weights belong to."
+    )
+
+
+def _load_state(model: torch.nn.Module, state_dict: dict, strict: bool, path: str) -> Any:
+    try:
+        return model.load_state_dict(state_dict, strict=strict)
+    except RuntimeError as err:
+        # torch's message names the tensors; say which files they come from.
+        raise RuntimeError(f"Cannot load the weights at {path} into {type(model).__name__}: {err}") from err
+
+
 def _load_sharded(model: torch.nn.Module, checkpoint_dir: str, index_name: str, strict: bool) -> WeightsLoadResult:
     index_path = os.path.join(checkpoint_dir, index_name)
     try:
@@ -632,6 +814,7 @@ def _load_sharded(model: torch.nn.Module, checkpoint_dir: str, index_name: str, 
         # A shard must sit next to its index; anything else would read files outside the checkpoint.
         if not isinstance(shard, str) or os.path.basename(shard) != shard:
             raise CheckpointLoadError(index_path, f"it names the shard {shard!r}, which is not a file in the folder")
+    _refuse_foreign_weights(model, weight_map, checkpoint_dir)
     model_keys = list(model.state_dict())
     result = WeightsLoadResult(
         missing_keys=[key for key in model_keys if key not in weight_map],
@@ -646,7 +829,7 @@ def _load_sharded(model: torch.nn.Module, checkpoint_dir: str, index_name: str, 
     for shard in shards:
         shard_path = os.path.join(checkpoint_dir, shard)
         state_dict = _safetensors_load(shard_path) if safe else safe_torch_load(shard_path)
-        model.load_state_dict(state_dict, strict=False)
+        _load_state(model, state_dict, False, shard_path)
         del state_dict
     return result
 
@@ -672,7 +855,9 @@ def load_model_weights(
         ValueError: ``Can't find a valid checkpoint at {checkpoint_dir}`` when no weight file exists (HF's
             message).
         CheckpointLoadError: A weight file is truncated, corrupt or tampered with.
-        RuntimeError: ``strict=True`` and the keys do not match.
+        ValueError: Not one stored tensor is a parameter of ``model`` (the weights of another model; HF warns and
+            goes on with the model's initial weights).
+        RuntimeError: ``strict=True`` and the keys do not match, or a tensor's shape differs (names the file).
     """
     checkpoint_dir = os.fspath(checkpoint_dir)
     unwrapped = _unwrap(model)
@@ -683,7 +868,8 @@ def load_model_weights(
         state_dict = _safetensors_load(safe_file) if use_safe else safe_torch_load(pickle_file)
         if not isinstance(state_dict, dict):
             raise CheckpointLoadError(pickle_file, "it does not hold a state dict")
-        outcome = unwrapped.load_state_dict(state_dict, strict=strict)
+        _refuse_foreign_weights(unwrapped, state_dict, checkpoint_dir)
+        outcome = _load_state(unwrapped, state_dict, strict, safe_file if use_safe else pickle_file)
         result = WeightsLoadResult(list(outcome.missing_keys), list(outcome.unexpected_keys))
         loaded = list(state_dict)
         del state_dict
@@ -777,9 +963,17 @@ class _Inert:
 
 
 class _InertUnpickler(pickle.Unpickler):
-    """Decodes a pickle's data without importing a single module: every global becomes an :class:`_Inert`."""
+    """Decodes a pickle's data without importing a single module: every global becomes an :class:`_Inert`.
+
+    The globals the data names are collected in :attr:`globals_seen`, to judge the file by.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.globals_seen: list[str] = []
 
     def find_class(self, module, name):
+        self.globals_seen.append(f"{module}.{name}")
         return type(name.rsplit(".", 1)[-1], (_Inert,), {"_path": f"{module}.{name}"})
 
     def persistent_load(self, pid):
@@ -814,18 +1008,61 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# Modules whose names a pickled arguments object may reference (its class, enums, torch.device, accelerate's state).
+_ARGS_PICKLE_MODULES = ("transformers.", "hf_lightning.", "accelerate.", "enum.", "collections.", "datetime.",
+                        "pathlib.", "copyreg.")
+_ARGS_PICKLE_BUILTINS = frozenset(
+    f"builtins.{name}" for name in
+    ("set", "frozenset", "dict", "list", "tuple", "object", "int", "float", "str", "bool", "complex", "bytes",
+     "bytearray", "slice", "range")
+)
+# Modules no arguments object references; a class from them (e.g. subprocess.Popen) is as suspect as a function.
+_DANGEROUS_MODULES = ("os", "posix", "nt", "subprocess", "sys", "builtins", "shutil", "socket", "importlib", "pty",
+                      "runpy", "pickle", "marshal", "types", "ctypes", "code", "webbrowser", "io",
+                      "multiprocessing", "threading", "signal", "tempfile", "pathlib", "urllib", "http")
+
+
+def _unexpected_args_global(path: str) -> bool:
+    """Whether a global named in a pickled arguments object is something no arguments object holds."""
+    if path in _ARGS_PICKLE_BUILTINS or path == "torch.device":
+        return False
+    module, _, name = path.rpartition(".")
+    if module.split(".")[0] in _DANGEROUS_MODULES and not path.startswith(("pathlib.Path", "pathlib.PosixPath",
+                                                                           "pathlib.WindowsPath")):
+        return True
+    if module == "torch":
+        return not isinstance(getattr(torch, name, None), torch.dtype)
+    if path.startswith(_ARGS_PICKLE_MODULES):
+        return False
+    # A user's own subclass of TrainingArguments (a class, capitalised by convention) is fine; a function is not.
+    return not name[:1].isupper()
+
+
 def _read_pickled_args(path: str) -> dict[str, Any]:
     try:
-        with zipfile.ZipFile(path) as archive:
-            member = next((name for name in archive.namelist() if name.endswith("data.pkl")), None)
-            if member is None:
-                raise CheckpointLoadError(path, "it is not a torch.save archive (no data.pkl)")
-            data = archive.read(member)
-        decoded = _plain(_InertUnpickler(io.BytesIO(data)).load())
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = next((name for name in archive.namelist() if name.endswith("data.pkl")), None)
+                if member is None:
+                    raise CheckpointLoadError(path, "it is not a torch.save archive (no data.pkl)")
+                data = archive.read(member)
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        unpickler = _InertUnpickler(io.BytesIO(data))
+        decoded = _plain(unpickler.load())
     except CheckpointLoadError:
         raise
     except Exception as err:  # noqa: BLE001 - zip and pickle errors alike mean a damaged file
         raise CheckpointLoadError(path, f"the file is truncated or corrupt ({type(err).__name__})") from None
+    suspect = [name for name in unpickler.globals_seen if _unexpected_args_global(name)]
+    if suspect:
+        # Nothing was run (every global was decoded as an inert stand-in); the file is refused all the same.
+        raise CheckpointLoadError(
+            path,
+            f"it references `{suspect[0]}`, which training arguments never hold, so unpickling it could run "
+            "arbitrary code (it was decoded without running anything)",
+        )
     if not isinstance(decoded, dict):
         raise CheckpointLoadError(path, "it does not hold training arguments")
     # Match the JSON form: public fields only, secrets masked.

@@ -12,7 +12,9 @@ applies HF's end-of-training rule that then keeps only the best.
 Differences from HF on purpose: only complete folders named exactly ``checkpoint-<digits>`` take part (HF globs
 ``checkpoint-*``, so ``checkpoint-5-old`` or a folder a crash left half written would count, and could be the
 "newest" that gets protected); a folder is first renamed to a hidden temporary name and then deleted, so a crash
-during deletion never leaves a ``checkpoint-N`` folder with some of its files gone.
+during deletion never leaves a ``checkpoint-N`` folder with some of its files gone; and folders a run did not
+write (:func:`foreign_checkpoints`: an earlier run's, not the lineage being resumed) can be passed as ``keep`` and
+are then neither counted nor deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from hf_lightning.checkpointing.format import TEMPORARY_CHECKPOINT_PREFIX, is_complete_checkpoint
@@ -29,6 +32,7 @@ from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
 __all__ = [
     "clean_stale_temporary_folders",
     "final_cleanup_for_limit_one",
+    "foreign_checkpoints",
     "rotate_checkpoints",
     "sort_checkpoints",
 ]
@@ -105,11 +109,16 @@ def _delete_checkpoint(path: str) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def _normalised(paths: Iterable[str | os.PathLike]) -> set[str]:
+    return {str(Path(path)) for path in paths}
+
+
 def rotate_checkpoints(
     output_dir: str | os.PathLike,
     save_total_limit: int | None = None,
     best_model_checkpoint: str | os.PathLike | None = None,
     use_mtime: bool = True,
+    keep: Iterable[str | os.PathLike] = (),
 ) -> list[str]:
     """Delete the oldest checkpoints beyond ``save_total_limit``, keeping the newest and the best one.
 
@@ -121,13 +130,16 @@ def rotate_checkpoints(
         save_total_limit: Folders to keep; None or ``<= 0`` deletes nothing.
         best_model_checkpoint: Path of the best checkpoint (``TrainerState.best_model_checkpoint``).
         use_mtime: Order by modification time (see :func:`sort_checkpoints`).
+        keep: Folders that take no part: neither counted against the limit nor deleted (another run's, see
+            :func:`foreign_checkpoints`).
 
     Returns:
         The deleted paths, oldest first.
     """
     if save_total_limit is None or save_total_limit <= 0:
         return []
-    checkpoints = sort_checkpoints(output_dir, use_mtime=use_mtime)
+    untouchable = _normalised(keep)
+    checkpoints = [path for path in sort_checkpoints(output_dir, use_mtime=use_mtime) if path not in untouchable]
     if len(checkpoints) <= save_total_limit:
         return []
     protected = {checkpoints[-1]}
@@ -146,7 +158,9 @@ def rotate_checkpoints(
 
 
 def final_cleanup_for_limit_one(
-    output_dir: str | os.PathLike, best_model_checkpoint: str | os.PathLike | None
+    output_dir: str | os.PathLike,
+    best_model_checkpoint: str | os.PathLike | None,
+    keep: Iterable[str | os.PathLike] = (),
 ) -> list[str]:
     """At the end of training with ``save_total_limit == 1``, delete every checkpoint except the best one.
 
@@ -157,6 +171,7 @@ def final_cleanup_for_limit_one(
     Args:
         output_dir: The folder holding the checkpoints.
         best_model_checkpoint: Path of the best checkpoint; None deletes nothing.
+        keep: Folders never deleted (another run's, see :func:`foreign_checkpoints`).
 
     Returns:
         The deleted paths.
@@ -170,12 +185,40 @@ def final_cleanup_for_limit_one(
         )
         return []
     deleted = []
+    untouchable = _normalised(keep)
     for path in sort_checkpoints(output_dir, best_model_checkpoint=best_model_checkpoint):
-        if not os.path.samefile(path, best_model_checkpoint):
+        if path not in untouchable and not os.path.samefile(path, best_model_checkpoint):
             logger.info("Deleting checkpoint %s: save_total_limit=1 keeps only the best one.", path)
             _delete_checkpoint(path)
             deleted.append(path)
     return deleted
+
+
+def foreign_checkpoints(output_dir: str | os.PathLike, resume_from: str | os.PathLike | None = None) -> list[str]:
+    """The complete ``checkpoint-N`` folders in ``output_dir`` a run starting now did not write.
+
+    Those are every folder there, except the lineage of the checkpoint being resumed when it lies in
+    ``output_dir``: its own folder and those of lower steps, which the run continues and rotates as HF does.
+    A folder of a higher step than the resumed one (a later state abandoned by resuming from an earlier one) is
+    foreign too.
+
+    Args:
+        output_dir: The run's output directory.
+        resume_from: The checkpoint folder being resumed, or None for a run from scratch.
+
+    Returns:
+        Paths spelled as :func:`sort_checkpoints` spells them, by step.
+    """
+    found = sorted(_checkpoints(output_dir))
+    if not found:
+        return []
+    lineage_step = -1
+    if resume_from is not None and os.path.isdir(resume_from):
+        parent, name = os.path.split(os.path.normpath(os.fspath(resume_from)))
+        match = _CHECKPOINT_NAME.match(name)
+        if match and os.path.isdir(output_dir) and os.path.samefile(parent or ".", output_dir):
+            lineage_step = int(match.group(1))
+    return [path for step, path in found if step > lineage_step]
 
 
 def clean_stale_temporary_folders(output_dir: str | os.PathLike, older_than: float) -> list[str]:

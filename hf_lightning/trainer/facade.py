@@ -244,6 +244,8 @@ class Trainer:
         if self.model_init is not None:
             set_seed(self.args.seed)
             self.model = self.call_model_init(trial)
+            # A fresh model needs a fresh optimizer and scheduler (HF rebuilds both).
+            self.optimizer, self.lr_scheduler = None, None
             self.callback_handler.model = self.model
             self._module = None
         if not self._user_scheduler:
@@ -367,6 +369,7 @@ class Trainer:
         wants_outputs = predict or self.compute_metrics is not None or self.metrics is not None
         module.eval_request = EvalRequest(
             prediction_loss_only=None if wants_outputs else True, ignore_keys=ignore_keys, keep_predictions=predict,
+            full_batch_loss_weight=self.eval_loss_full_batch_weight,
         )
         prep_start = time.time()
         # HF casts the model itself for full-precision evaluation (and leaves it cast).
@@ -402,6 +405,10 @@ class Trainer:
         metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
                                      num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
         return preds, labels, metrics
+
+    #: HF's Trainer weighs each eval batch loss by the batch's samples; HF's Seq2SeqTrainer gathers without dropping
+    #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True).
+    eval_loss_full_batch_weight: bool = False
 
     def _check_full_eval_precision(self) -> None:
         if getattr(self.args, "fp16_full_eval", False) and (

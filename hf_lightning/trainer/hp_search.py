@@ -38,9 +38,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BestRun",
     "HPSearchBackend",
-    "call_model_init",
     "default_compute_objective",
     "default_hp_space_optuna",
+    "resolve_backend",
     "run_hyperparameter_search",
 ]
 
@@ -93,25 +93,15 @@ def default_hp_space_optuna(trial: Any) -> dict[str, Any]:
     }
 
 
-def _argument_count(fn: Callable) -> int:
-    if isinstance(fn, functools.partial):
-        return len(inspect.signature(fn.func).parameters) - len(fn.args) - len(fn.keywords)
-    return len(inspect.signature(fn).parameters)
-
-
-def call_model_init(model_init: Callable, trial: Any = None) -> torch.nn.Module:
-    """Call ``model_init`` as HF does: with no argument, or with the trial (``None`` outside a search).
-
-    Raises:
-        RuntimeError: ``model_init`` takes more than one argument or returns ``None``.
-    """
-    count = _argument_count(model_init)
-    if count == 0:
-        model = model_init()
-    elif count == 1:
-        model = model_init(trial)
-    else:
+def _call_model_init(model_init: Callable, trial: Any) -> torch.nn.Module:
+    """``Trainer.call_model_init``'s rule for the user's function while the trainer's own slot holds the trial's."""
+    fn = model_init.func if isinstance(model_init, functools.partial) else model_init
+    count = len(inspect.signature(fn).parameters)
+    if isinstance(model_init, functools.partial):
+        count -= len(model_init.args) + len(model_init.keywords)
+    if count > 1:
         raise RuntimeError("model_init should have 0 or 1 argument.")
+    model = model_init(trial) if count == 1 else model_init()
     if model is None:
         raise RuntimeError("model_init should not return None.")
     return model
@@ -240,7 +230,7 @@ def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
 
     def model_init() -> torch.nn.Module:
         # train() seeds, then calls this: HF builds the model before it applies the trial's values.
-        model = call_model_init(user_model_init, trial)
+        model = _call_model_init(user_model_init, trial)
         _apply_hyperparameters(args, trainer.hp_space(trial))
         return model
 
@@ -253,13 +243,17 @@ def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
     # takes its place while the trial trains.
     args.output_dir = os.path.join(root_dir, run_name)
     # train() calls trainer.evaluate() at each evaluation; HF reports to the trial right after it.
+    own_evaluate = vars(trainer).get("evaluate")
     trainer.evaluate = functools.partial(_evaluate_and_report, trainer, trainer.evaluate, trial)
     trainer.add_callback(reporter)
     try:
         yield
     finally:
         trainer.remove_callback(reporter)
-        del trainer.evaluate
+        if own_evaluate is None:
+            del trainer.evaluate
+        else:
+            trainer.evaluate = own_evaluate
         args.output_dir = root_dir
         trainer.model_init = user_model_init
 
@@ -267,8 +261,8 @@ def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
 def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> None:
     for key, value in params.items():
         if not hasattr(args, key):
-            logger.warning(f"Trying to set {key} in the hyperparameter search but there is no corresponding field in "
-                           "`TrainingArguments`.")
+            logger.warning("Trying to set %s in the hyperparameter search but there is no corresponding field in "
+                           "`TrainingArguments`.", key)
             continue
         current = getattr(args, key)
         # HF casts to the field's current type (an int epoch count becomes 3.0 for a float field).

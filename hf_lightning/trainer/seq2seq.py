@@ -58,6 +58,10 @@ class Seq2SeqTrainer(Trainer):
         >>> trainer.evaluate(max_new_tokens=32, num_beams=4)                                     # doctest: +SKIP
     """
 
+    #: HF's Seq2SeqTrainer repeats every batch loss eval_batch_size times, so a partial last batch weighs like a
+    #: full one in eval_loss (its plain Trainer weighs it by its real size).
+    eval_loss_full_batch_weight = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._gen_kwargs: dict[str, Any] = {}

@@ -124,9 +124,10 @@ TRAINER_ERRORS = [
     ("neither_model_nor_init", "init", RuntimeError, r"requires either a `model` or `model_init` argument\.$"),
     ("fp16_on_cpu", "train", ValueError, r"fp16=True needs a CUDA GPU.*bf16=True"),
     ("report_to_wandb", "train", ValueError,
-     r"report_to='wandb' is not supported by hf_lightning\. Supported: \['csv', 'tensorboard'\]"),
+     r"report_to contains 'wandb', but its package is not installed\. Run `pip install wandb`"),
     ("report_to_unknown", "train", ValueError,
-     r"report_to='no_such_logger' is not supported by hf_lightning\. Supported: \['csv', 'tensorboard'\]"),
+     r"report_to='no_such_logger' is not supported by hf_lightning\. Supported: \['comet_ml', 'csv', 'mlflow', "
+     r"'neptune', 'tensorboard', 'wandb'\]"),
 ]
 
 _XFAIL: dict[str, str] = {}

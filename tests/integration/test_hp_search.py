@@ -197,15 +197,25 @@ def test_search_needs_model_init(tmp_path):
         _trainer(tmp_path, model=RegressionModel()).hyperparameter_search(backend="optuna")
 
 
-@pytest.mark.parametrize("model_init,match", [
-    (lambda a, b: RegressionModel(), "model_init should have 0 or 1 argument"),
-    (lambda: None, "model_init should not return None"),
-])
-def test_call_model_init_errors(model_init, match):
-    from hf_lightning.trainer.hp_search import call_model_init
+def test_model_init_receives_the_trial(tmp_path):
+    """A one-argument model_init gets None at construction and the Optuna trial in each search trial."""
+    optuna = pytest.importorskip("optuna", reason=OPTUNA_MISSING)
+    seen = []
 
-    with pytest.raises(RuntimeError, match=match):
-        call_model_init(model_init)
+    def model_init(trial):
+        seen.append(trial)
+        return _model_init()
+
+    import hf_lightning
+
+    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True,
+                                          save_strategy="no", disable_tqdm=True)
+    trainer = hf_lightning.Trainer(args=args, model_init=model_init, train_dataset=regression_data(n=4),
+                                   eval_dataset=regression_data(n=2, seed=7))
+    trainer.hyperparameter_search(backend="optuna", n_trials=2, hp_space=lambda trial: {},
+                                  sampler=optuna.samplers.RandomSampler(seed=0))
+    assert seen[0] is None
+    assert [t.number for t in seen[1:]] == [0, 1]
 
 
 def test_default_objective_matches_hf():

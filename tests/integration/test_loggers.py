@@ -92,11 +92,6 @@ def test_tensorboard_matches_hf(tmp_path):
     assert all(name.startswith("events.out.tfevents.") for name in os.listdir(our_dir))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "With disable_tqdm=True HF's PrinterCallback pops `total_flos` from the logs in on_log, after HF's "
-    "TensorBoardCallback (an earlier callback) wrote train/total_flos; hf_lightning's HFFlowCallback.hf_log "
-    "(callbacks/training_flow.py) forwards the logs to the Lightning loggers after handler.on_log, so the "
-    "popped key never reaches TensorBoard."))
 def test_tensorboard_matches_hf_with_printer_callback(tmp_path):
     hf = _train_and_evaluate("hf", tmp_path, disable_tqdm=True)
     ours = _train_and_evaluate("ours", tmp_path, disable_tqdm=True)

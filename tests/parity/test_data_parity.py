@@ -314,15 +314,8 @@ def test_eval_dataset_dict_with_steps_strategy(tmp_path):
     assert len(evals) == 2 * 3
 
 
-EVAL_DICT_EVENT_ORDER = (
-    "HF evaluates the dict's datasets one after another (a's prediction steps, a's on_log/on_evaluate, "
-    "then b's); hf_lightning runs every eval dataloader in one Lightning validation pass first and logs "
-    "each set afterwards (callbacks/training_flow.py:391 run_validation_in_fit, then the loop at :396), "
-    "so a callback sees all on_prediction_step events before the first on_evaluate."
-)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=EVAL_DICT_EVENT_ORDER)
 def test_eval_dataset_dict_callback_event_order(tmp_path):
     train, eval_a = lm_data(n_train=8, n_eval=4)
     _, eval_b = lm_data(n_train=0, n_eval=4, seed=9)

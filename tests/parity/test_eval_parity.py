@@ -447,3 +447,51 @@ def test_train_ignore_keys_for_eval_reach_every_evaluation(tmp_path):
     assert len(calls["ours"]) == 2
     assert_same(calls["hf"], calls["ours"], "compute_metrics calls")
     assert all(isinstance(c["predictions"], np.ndarray) for c in calls["ours"])
+
+
+@pytest.mark.parametrize("chunk", [3, 32])
+@pytest.mark.parametrize("accumulation_steps", [None, 1, 4])
+@pytest.mark.parametrize("do_concat", [True, False])
+def test_gathering_container_matches_hf(monkeypatch, do_concat, accumulation_steps, chunk):
+    """Our container against HF's EvalLoopContainer: nested outputs, lengths padded with -100, a 0-dim output per
+    batch, moves to numpy every k batches, batches joined in chunks."""
+    from transformers.trainer_pt_utils import EvalLoopContainer
+
+    from hf_lightning import evaluation
+
+    monkeypatch.setattr(evaluation, "_CHUNK_BATCHES", chunk)
+    g = torch.Generator().manual_seed(0)
+    hf, ours = EvalLoopContainer(do_concat, padding_index=-100), evaluation._Container(do_concat)
+    for i in range(11):
+        length = int(torch.randint(2, 9, (1,), generator=g))
+        batch = (torch.randn(3, length, 4, generator=g),
+                 {"ids": torch.randint(0, 5, (3, length), generator=g), "scalar": torch.tensor(float(i))})
+        hf.add(batch)
+        ours.add(batch)
+        if accumulation_steps and (i + 1) % accumulation_steps == 0:
+            hf.to_cpu_and_numpy()
+            ours.to_numpy()
+    assert_same(hf.get_arrays(), ours.get())
+
+
+def test_full_batch_loss_weight_matches_hf_seq2seq_gathering(tmp_path):
+    """``eval_loss_full_batch_weight`` (set by our Seq2SeqTrainer): every batch loss repeated eval_batch_size times,
+    the last partial batch's too, as HF's Seq2SeqTrainer gathers them."""
+    import transformers
+
+    import hf_lightning
+
+    class FullBatchWeight(hf_lightning.Trainer):
+        eval_loss_full_batch_weight = True
+
+    args = dict(per_device_eval_batch_size=4, include_for_metrics=["loss"])
+    results = {}
+    for kind, cls, lib in (("hf", transformers.Seq2SeqTrainer, transformers),
+                           ("ours", FullBatchWeight, hf_lightning)):
+        calls: list = []
+        targs = lib.Seq2SeqTrainingArguments(output_dir=str(tmp_path / kind), **{**BASE, **args})
+        trainer = cls(model=tiny_bert_classifier(), args=targs, compute_metrics=make_compute_metrics(calls))
+        results[kind] = (trainer.evaluate(classification_data(n=11)), calls)
+    assert_metrics_equal(results["hf"][0], results["ours"][0])
+    assert_same(results["hf"][1], results["ours"][1], "compute_metrics calls")
+    assert results["ours"][1][0]["losses"].shape == (12,)

@@ -26,10 +26,15 @@ from hf_lightning.state import TrainerState
 from tests.helpers.models import DictDataset
 
 # Run shape: 20 rows / batch 4 = 5 micro-batches, GA 2 → windows of 2, 2, 1 (3 optimizer steps per epoch, a short
-# last window); 30 steps = 10 epochs, a checkpoint every 2 steps lands mid-epoch and at epoch boundaries.
+# last window); 30 steps = 10 epochs, so checkpoints land mid-epoch and at epoch boundaries.
 MAX_STEPS = 30
-SAVE_STEPS = 2
-EVAL_STEPS = 5
+#: "plain": a checkpoint every 2 steps, 2 kept, an evaluation every 5 steps. "best": an evaluation every 2 steps, a
+#: checkpoint every 4, only 1 kept besides the best (rotation protects it), the best loaded at the end and the
+#: others deleted then (HF's save_total_limit=1 rule).
+CONFIGS = {
+    "plain": dict(save_steps=2, save_total_limit=2, eval_strategy="steps", eval_steps=5),
+    "best": dict(save_steps=4, save_total_limit=1, eval_strategy="steps", eval_steps=2, load_best_model_at_end=True),
+}
 
 
 class DropoutRegression(nn.Module):
@@ -56,11 +61,11 @@ def _data(n: int, seed: int) -> DictDataset:
     return DictDataset([{"x": x[i], "labels": y[i]} for i in range(n)])
 
 
-def _args(out: str) -> hf_lightning.TrainingArguments:
+def _args(out: str, config: str) -> hf_lightning.TrainingArguments:
     return hf_lightning.TrainingArguments(
         output_dir=out, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=MAX_STEPS,
-        logging_steps=1, save_steps=SAVE_STEPS, save_total_limit=2, eval_strategy="steps", eval_steps=EVAL_STEPS,
-        learning_rate=5e-2, seed=11, report_to="none", use_cpu=True, disable_tqdm=True,
+        logging_steps=1, learning_rate=5e-2, seed=11, report_to="none", use_cpu=True, disable_tqdm=True,
+        **CONFIGS[config],
     )
 
 
@@ -91,6 +96,21 @@ def _install_kill_point(point: str, k: int) -> None:
             return original_save_model(*a, **kw)
 
         fmt.save_model_files = save_model_files
+    elif point == "model_file":
+        import safetensors.torch
+
+        original_save_file = safetensors.torch.save_file
+
+        def save_file(tensors, filename, *a, **kw):
+            if countdown.left == 1:
+                # Half a weights file on disk, then die.
+                original_save_file(tensors, filename, *a, **kw)
+                with open(filename, "r+b") as f:
+                    f.truncate(os.path.getsize(filename) // 2)
+            countdown.hit()
+            return original_save_file(tensors, filename, *a, **kw)
+
+        safetensors.torch.save_file = save_file
     elif point in ("optimizer", "rng"):
         suffix = "optimizer.pt" if point == "optimizer" else "rng_state.pth"
         original_torch_save = torch.save
@@ -143,13 +163,14 @@ def _install_kill_point(point: str, k: int) -> None:
         raise ValueError(f"unknown kill point {point!r}")
 
 
-def train_once(out: str, mode: str, point: str = "none", k: int = 0, result: str | None = None,
-               log: str | None = None) -> None:
+def train_once(out: str, mode: str, config: str = "plain", point: str = "none", k: int = 0,
+               result: str | None = None, log: str | None = None) -> None:
     """Train (resuming from the last complete checkpoint in ``out``), optionally killing itself on the way.
 
     Args:
         out: The output directory.
         mode: ``"facade"`` (``Trainer.train``) or ``"native"`` (``lightning.Trainer.fit``).
+        config: A key of :data:`CONFIGS`.
         point: Where to kill (see :func:`_install_kill_point`), or ``"none"``.
         k: Kill the ``k``-th time ``point`` is reached.
         result: Where to write ``{"weights": ..., "log_history": ...}`` after a finished run.
@@ -162,7 +183,7 @@ def train_once(out: str, mode: str, point: str = "none", k: int = 0, result: str
     torch.set_num_threads(1)
     _install_kill_point(point, k)
     last = hf_lightning.get_last_checkpoint(out) if os.path.isdir(out) else None
-    args = _args(out)
+    args = _args(out, config)
     model = DropoutRegression()
     train, evald = _data(20, seed=5), _data(8, seed=6)
     if mode == "facade":

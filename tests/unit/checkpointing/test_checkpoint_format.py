@@ -365,11 +365,11 @@ def test_damaged_optimizer_leaves_optimizer_and_scheduler_untouched(tmp_path):
     assert scheduler.state_dict() == before[1]
 
 
-def test_tampered_training_args_bin_is_decoded_without_running_code(tmp_path):
+def test_tampered_training_args_bin_is_refused_without_running_code(tmp_path):
     marker = tmp_path / "payload_ran"
     torch.save({"output_dir": "x", "evil": Payload(marker)}, tmp_path / "training_args.bin")
-    values = load_training_args(tmp_path)
-    assert values["output_dir"] == "x"
+    with pytest.raises(CheckpointLoadError, match=r"training_args\.bin: it references `posix\.mkdir`"):
+        load_training_args(tmp_path)
     assert not marker.exists()
 
 
