@@ -153,6 +153,11 @@ class HFLightningModule(pl.LightningModule):
         self._neftune_handle = None
 
     @property
+    def trainer_state(self) -> Any:
+        """HF's ``TrainerState`` of the run this module is in (``log_history``, ``best_metric``, ...), or None."""
+        return getattr(self.event_sink, "state", None)
+
+    @property
     def hooks(self) -> Any:
         """The object whose HF-named methods (``compute_loss``, ``training_step``, ...) are called."""
         return self if self._hooks is None else self._hooks

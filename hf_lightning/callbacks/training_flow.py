@@ -105,6 +105,7 @@ class HFFlowCallback(pl.Callback):
         self._rng_restore: str | None = None
         self._trainer: pl.Trainer | None = None
         self._module = None
+        self._validate_started = time.time()
         self._reset_run_counters()
 
     def _reset_run_counters(self) -> None:
@@ -288,8 +289,34 @@ class HFFlowCallback(pl.Callback):
         self._rng_restore = None
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validate_started = time.time()
         # HF hands callbacks the eval dataloader (ProgressCallback sizes its bar from it).
         self.handler.eval_dataloader = _first(trainer.val_dataloaders)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A plain ``lightning.Trainer.validate(module, ...)``: finish HF's evaluation and report it.
+
+        The metrics go to ``state.log_history`` / ``on_evaluate`` as HF's ``evaluate()`` would, and are also
+        logged through Lightning so that ``validate()`` returns them. In-training evaluations and the facade's
+        ``evaluate()`` finish their metrics themselves.
+        """
+        if trainer.state.fn != "validate" or not pl_module.eval_accumulators:
+            return
+        datamodule = getattr(trainer, "datamodule", None)
+        names = datamodule.eval_names if datamodule is not None and hasattr(datamodule, "eval_names") else []
+        total_batch = self.args.eval_batch_size * trainer.world_size
+        reported: dict[str, float] = {}
+        for idx, acc in sorted(pl_module.eval_accumulators.items()):
+            name = names[idx] if idx < len(names) else None
+            prefix = "eval" if name is None else f"eval_{name}"
+            _, _, metrics, num_samples = acc.finalize(prefix)
+            metrics.update(speed_metrics(prefix, self._validate_started, num_samples=num_samples,
+                                         num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
+            self._log(metrics)
+            self.control = self.handler.on_evaluate(self.args, self.state, self.control, metrics)
+            reported.update({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+        pl_module.eval_accumulators = {}
+        pl_module.log_dict(reported, add_dataloader_idx=False)
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.handler.eval_dataloader = _first(trainer.test_dataloaders)

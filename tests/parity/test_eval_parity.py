@@ -495,3 +495,29 @@ def test_full_batch_loss_weight_matches_hf_seq2seq_gathering(tmp_path):
     assert_metrics_equal(results["hf"][0], results["ours"][0])
     assert_same(results["hf"][1], results["ours"][1], "compute_metrics calls")
     assert results["ours"][1][0]["losses"].shape == (12,)
+
+
+def test_lightning_native_validate_returns_hf_metrics(tmp_path):
+    """A plain lightning.Trainer.validate() gives HF's eval metrics (as HF's evaluate() would compute them)."""
+    import numpy as np
+    import transformers
+
+    from hf_lightning import HFDataModule, HFLightningModule, TrainingArguments, build_lightning_trainer
+    from tests.helpers.models import classification_data, tiny_bert_classifier
+
+    def accuracy(pred):
+        return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
+
+    evald = classification_data(n=14, seed=11)
+    args = TrainingArguments(output_dir=str(tmp_path / "native"), report_to="none", use_cpu=True,
+                             per_device_eval_batch_size=4)
+    module = HFLightningModule(tiny_bert_classifier(), args, compute_metrics=accuracy)
+    trainer = build_lightning_trainer(args, enable_progress_bar=False)
+    (result,) = trainer.validate(module, datamodule=HFDataModule(args, eval_dataset=evald), verbose=False)
+    hf_args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), report_to="none", use_cpu=True,
+                                             per_device_eval_batch_size=4)
+    hf = transformers.Trainer(model=tiny_bert_classifier(), args=hf_args, eval_dataset=evald,
+                              compute_metrics=accuracy).evaluate()
+    assert result["eval_loss"] == pytest.approx(hf["eval_loss"], rel=1e-5)
+    assert result["eval_accuracy"] == pytest.approx(hf["eval_accuracy"])
+    assert module.trainer_state.log_history[-1]["eval_loss"] == pytest.approx(hf["eval_loss"], rel=1e-5)
