@@ -388,7 +388,8 @@ class Trainer:
         start = time.time()
         module.eval_dataloader_end = None
         try:
-            pl_trainer.test(module, dataloaders=dataloader, verbose=False)
+            with quiet_lightning():
+                pl_trainer.test(module, dataloaders=dataloader, verbose=False)
             acc = module.eval_accumulators.get(0)
         finally:
             module.eval_accumulators = {}
