@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import inspect
 import resource
-import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -96,11 +94,10 @@ def _reset_peak() -> bool:
         return False
 
 
-def run_evaluation(contender: str, workload: Workload, rows: int) -> dict[str, Any]:
+def run_evaluation(contender: str, workload: Workload, rows: int, output_dir: str) -> dict[str, Any]:
     """One ``evaluate()`` over ``rows`` eval rows; returns seconds, peak RSS and the accuracy it computed."""
     torch.set_num_threads(1)
     dataset = eval_data(workload, rows)
-    output_dir = tempfile.mkdtemp(prefix="eval-")
     common = dict(output_dir=output_dir, per_device_eval_batch_size=workload.batch_size, report_to="none",
                   use_cpu=True, disable_tqdm=True, seed=SEED)
     if contender == "hf":
@@ -136,5 +133,4 @@ def run_evaluation(contender: str, workload: Workload, rows: int) -> dict[str, A
     }
     if not exact_peak:
         result["peak_is_process_lifetime"] = True
-    shutil.rmtree(output_dir, ignore_errors=True)
     return result

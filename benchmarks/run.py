@@ -66,7 +66,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if section == "eval":
         from eval_memory import run_evaluation
 
-        return run_evaluation(job["contender"], workload, job["rows"])
+        return run_evaluation(job["contender"], workload, job["rows"], job["workdir"])
     if section == "checkpoint":
         from checkpoints import run_resume, run_save
 
@@ -144,6 +144,9 @@ class Driver:
             return
         for job in jobs:
             self._record(job, self.run_worker([job])[0])
+            if job["section"] in ("train", "eval"):
+                # Checkpoints of finished runs are not needed; a full run would otherwise keep about 1 GB.
+                shutil.rmtree(job["workdir"], ignore_errors=True)
 
     def flush(self) -> None:
         jobs, self.pending = self.pending, []
@@ -179,7 +182,7 @@ class Driver:
 
         for rep in range(repeats):
             jobs = [dict(section="eval", workload="tiny", size=size, rows=rows * factor, contender=c, rep=rep,
-                         quick=self.quick)
+                         quick=self.quick, workdir=self._next_dir(f"eval-{size}-{c}"))
                     for size, factor in (("1x", 1), ("10x", 10)) for c in _rotate(CONTENDERS, rep)]
             self.measure(jobs)
 
@@ -200,6 +203,9 @@ class Driver:
                 jobs.append(dict(section="checkpoint", step="start", workload=workload, contender=c, rep=rep,
                                  quick=self.quick, workdir=self._next_dir(f"start-{c}")))
             self.measure(jobs)
+            if not self.quick:
+                for path in dirs.values():
+                    shutil.rmtree(path, ignore_errors=True)
 
     def imports(self, repeats: int) -> None:
         contenders = ("hf", "hf_lightning") if self.quick else tuple(IMPORT_STATEMENTS)

@@ -295,10 +295,12 @@ def _rng_untouched() -> Iterator[None]:
         np.random.set_state(numpy_state)
 
 
-def _collate_rows(dataset: Any, collate_fn: Callable, batch_size: int, spread: bool = False) -> Any:
+def _collate_rows(dataset: Any, collate_fn: Callable, batch_size: int, spread: bool = False,
+                  shared: Sequence[Any] = ()) -> Any:
     """Collate ``batch_size`` rows with a copy of the collator (its own state, e.g. a seeded generator, must not
-    advance): the first rows, or rows spread evenly over the dataset. ``None`` when the dataset cannot be indexed
-    or the collator not copied."""
+    advance): the first rows, or rows spread evenly over the dataset. Objects in ``shared`` (the model, which
+    ``DataCollatorForSeq2Seq(model=...)`` holds) are referenced by the copy, not copied. ``None`` when the dataset
+    cannot be indexed or the collator not copied."""
     if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not _has_len(dataset):
         # Iterating a stream could consume it; its first batch is checked by the first step instead.
         return None
@@ -306,7 +308,7 @@ def _collate_rows(dataset: Any, collate_fn: Callable, batch_size: int, spread: b
     if size == 0:
         return None
     try:
-        collate = copy.deepcopy(collate_fn)
+        collate = copy.deepcopy(collate_fn, memo={id(obj): obj for obj in shared})
     except Exception:  # noqa: BLE001 - an uncopyable collator only means this check is skipped
         logger.debug("Pre-training batch check skipped: the data collator cannot be copied.")
         return None
@@ -450,7 +452,7 @@ def _one_batch_metrics(module: Any, dataset: Any, loader: Any, prefix: str) -> d
 
     args = module.args
     batch = _collate_rows(getattr(loader, "dataset", dataset), loader.collate_fn, int(args.eval_batch_size),
-                          spread=True)
+                          spread=True, shared=(module.model,))
     if not isinstance(batch, Mapping):
         return {}
     model = module.model
@@ -571,7 +573,7 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     collate_fn = getattr(loader, "collate_fn", None)
     with _rng_untouched():
         if collate_fn is not None:
-            batch = _collate_rows(dataset, collate_fn, int(args.train_batch_size))
+            batch = _collate_rows(dataset, collate_fn, int(args.train_batch_size), shared=(module.model,))
             if batch is not None:
                 first = dataset[0] if _has_len(dataset) and len(dataset) else None
                 columns = list(first) if isinstance(first, Mapping) else None

@@ -254,6 +254,12 @@ class HFFlowCallback(pl.Callback):
             clean_stale_temporary_folders(args.output_dir, older_than=self.start_time)
             foreign = foreign_checkpoints(args.output_dir, self.resume_dir)
             self._foreign_checkpoints = set(foreign)
+            if resuming:
+                # Finish a rotation a kill interrupted (between a save and its rotation): with no save left to
+                # train, the resumed lineage would otherwise keep one folder more than save_total_limit.
+                rotate_checkpoints(args.output_dir, save_total_limit=args.save_total_limit,
+                                   best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=foreign,
+                                   protect=[self.resume_dir])
             if foreign:
                 logger.warning(
                     "%s already holds checkpoints this run did not write: %s. They are left alone: "

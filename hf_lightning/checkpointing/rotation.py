@@ -119,6 +119,7 @@ def rotate_checkpoints(
     best_model_checkpoint: str | os.PathLike | None = None,
     use_mtime: bool = True,
     keep: Iterable[str | os.PathLike] = (),
+    protect: Iterable[str | os.PathLike] = (),
 ) -> list[str]:
     """Delete the oldest checkpoints beyond ``save_total_limit``, keeping the newest and the best one.
 
@@ -132,6 +133,8 @@ def rotate_checkpoints(
         use_mtime: Order by modification time (see :func:`sort_checkpoints`).
         keep: Folders that take no part: neither counted against the limit nor deleted (another run's, see
             :func:`foreign_checkpoints`).
+        protect: Folders counted against the limit but never deleted, like the best one (e.g. the checkpoint a
+            run resumes from).
 
     Returns:
         The deleted paths, oldest first.
@@ -142,7 +145,8 @@ def rotate_checkpoints(
     checkpoints = [path for path in sort_checkpoints(output_dir, use_mtime=use_mtime) if path not in untouchable]
     if len(checkpoints) <= save_total_limit:
         return []
-    protected = {checkpoints[-1]}
+    shielded = [path for path in protect if os.path.isdir(path)]
+    protected = {checkpoints[-1]} | {c for c in checkpoints if any(os.path.samefile(c, p) for p in shielded)}
     if best_model_checkpoint is not None:
         protected.add(str(Path(best_model_checkpoint)))
     keep = max(save_total_limit, len(protected))

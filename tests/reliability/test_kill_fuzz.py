@@ -12,7 +12,7 @@ The processes are children of a ``multiprocessing`` fork server that imported to
 once (see ``_fuzz_worker.py``); they are killed with a real SIGKILL, so nothing in them gets to clean up.
 
 A few trials run in the default suite; ``pytest --run-slow`` (or ``HFL_SLOW=1``) runs ``HFL_FUZZ_TRIALS`` (default
-200) more.
+200) more, seeded from ``HFL_FUZZ_SEED`` (default 1000; the seed picks the kill points, the delays are random).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ _TIMING_KEYS = ("_runtime", "_per_second")
 # (seed, entry point, configuration) of the trials in the default suite.
 _DEFAULT_TRIALS = [(0, "facade", "plain"), (1, "native", "plain"), (2, "facade", "best"), (3, "native", "best")]
 _SLOW_TRIALS = int(os.environ.get("HFL_FUZZ_TRIALS", "200"))
+_SLOW_SEED = int(os.environ.get("HFL_FUZZ_SEED", "1000"))
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +136,21 @@ def test_killed_anywhere_then_resumed_ends_bit_identical(server, reference, tmp_
     _trial(server, reference, tmp_path, seed, mode, config)
 
 
+@pytest.mark.parametrize("mode", ["facade", "native"])
+def test_killed_between_the_last_save_and_its_rotation(server, reference, tmp_path, mode):
+    """Found by the fuzz: the final checkpoint published, the kill before its rotation. The restart has no step
+    left to train, so no save would rotate; resuming finishes the interrupted rotation."""
+    expected, _, expected_folders = reference(mode, "plain")
+    out, log = tmp_path / "out", tmp_path / "log.txt"
+    last_save = worker.MAX_STEPS // worker.CONFIGS["plain"]["save_steps"]
+    assert _run(server, out, mode, "plain", point="published", k=last_save, log=log) == -signal.SIGKILL
+    assert len([name for name in _folders(out) if name.startswith("checkpoint-")]) == 3
+    assert _run(server, out, mode, "plain", result=tmp_path / "result.json", log=log) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert _comparable(result["log_history"]) == _comparable(expected["log_history"])
+    assert _folders(out) == expected_folders
+
+
 @pytest.mark.slow
 def test_kill_fuzz_many_trials(server, reference, tmp_path):
     """The opt-in long run; its figure is recorded in docs/reliability.md."""
@@ -143,7 +159,8 @@ def test_kill_fuzz_many_trials(server, reference, tmp_path):
     for trial in range(_SLOW_TRIALS):
         mode = "facade" if trial % 2 == 0 else "native"
         config = "plain" if trial % 4 < 2 else "best"
-        kills = _trial(server, reference, tmp_path / f"trial{trial}", seed=1000 + trial, mode=mode, config=config)
+        kills = _trial(server, reference, tmp_path / f"trial{trial}", seed=_SLOW_SEED + trial, mode=mode,
+                       config=config)
         summary["trials"] += 1
         for kind, _, code, _ in kills:
             if code == -signal.SIGKILL:

@@ -173,3 +173,18 @@ def test_failed_rename_over_an_existing_folder_puts_it_back(tmp_path, monkeypatc
     assert _names(out) == ["checkpoint-2"]
     assert _snapshot(out / "checkpoint-2") == before
     shutil.rmtree(out)
+
+
+def test_resume_finishes_a_rotation_a_kill_interrupted(tmp_path):
+    """Killed after checkpoint-6 was published but before rotation: resuming at max_steps still ends with
+    save_total_limit folders, as the uninterrupted run would."""
+    out = tmp_path / "out"
+    _train(out, max_steps=6)  # no limit: checkpoint-2, 4, 6 — the state such a kill leaves with a limit of 2
+    trainer = _train(out, resume=True, max_steps=6, save_total_limit=2)
+    assert trainer.state.global_step == 6
+    assert _names(out) == ["checkpoint-4", "checkpoint-6"]
+    # The checkpoint resumed from is never the one deleted, even when another is the newest by time (which HF's
+    # rule protects too, so both stay).
+    os.utime(out / "checkpoint-4", (2e9, 2e9))
+    _train(out, resume=str(out / "checkpoint-6"), max_steps=6, save_total_limit=1)
+    assert _names(out) == ["checkpoint-4", "checkpoint-6"]
