@@ -399,7 +399,9 @@ class HFFlowCallback(pl.Callback):
         if getattr(args, "load_best_model_at_end", False) and state.best_model_checkpoint is not None:
             self._load_best_model(pl_module)
         if self._should_save() and state.best_model_checkpoint is not None and args.save_total_limit == 1:
-            final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint)
+            # An earlier run's folders are not this run's to delete (see on_train_start).
+            final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint,
+                                        keep=getattr(self, "_foreign_checkpoints", ()))
         self.control = self.handler.on_train_end(args, state, self.control)
         self.train_output = TrainOutput(state.global_step, train_loss, metrics)
 

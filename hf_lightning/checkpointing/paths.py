@@ -9,6 +9,7 @@ warning, so resuming after a kill picks the previous good checkpoint.
 from __future__ import annotations
 
 import logging
+import json
 import os
 import re
 
@@ -34,15 +35,26 @@ def checkpoint_folder_name(global_step: int) -> str:
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """Tell whether a checkpoint folder was fully written (it holds ``trainer_state.json``).
+    """Tell whether a checkpoint folder was fully written (it holds a readable ``trainer_state.json``).
+
+    ``trainer_state.json`` is the last file a save writes; a folder HF's Trainer was killed in may hold a truncated
+    one, so it must also parse.
 
     Args:
         path: A checkpoint folder.
 
     Returns:
-        True when ``path`` is a directory containing ``trainer_state.json``.
+        True when ``path`` is a directory containing a ``trainer_state.json`` that parses as JSON.
     """
-    return os.path.isfile(os.path.join(path, TRAINER_STATE_NAME))
+    state_file = os.path.join(path, TRAINER_STATE_NAME)
+    if not os.path.isfile(state_file):
+        return False
+    try:
+        with open(state_file, encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def get_last_checkpoint(folder: str | os.PathLike) -> str | None:

@@ -28,6 +28,7 @@ from hf_lightning.data.collators import DataCollatorWithPadding, default_data_co
 from hf_lightning.data.datamodule import HFDataModule
 from hf_lightning.evaluation import EvalRequest, as_metric_collection
 from hf_lightning.module import HFLightningModule
+from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
 from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
@@ -145,6 +146,8 @@ class Trainer:
         self._datamodule: HFDataModule | None = None
         self._pl_trainer = None
         if getattr(args, "should_save", True) and args.output_dir:
+            # A clear error naming output_dir (a file, or under a file, or not writable) before anything is made.
+            check_output_dir(args.output_dir)
             os.makedirs(args.output_dir, exist_ok=True)
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.flow.control)
         self.flow.control = self.control

@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 import hf_lightning
-from hf_lightning import _compat  # noqa: F401 - imported so the fork server preloads it
 from hf_lightning.checkpointing import format as fmt
 from hf_lightning.checkpointing import rotation
 from hf_lightning.state import TrainerState

@@ -135,7 +135,7 @@ def _raising_metrics(eval_pred) -> dict:
     raise ZeroDivisionError("division by zero in my metric")
 
 
-def _source_checkpoint(root: Path, model_cls: type, name: str) -> Path:
+def _source_checkpoint(root: Path, model_cls: type) -> Path:
     """A complete checkpoint folder written by hf_lightning for ``model_cls`` (1 step)."""
     out = root / f"source_{model_cls.__name__}"
     if not (out / "checkpoint-1").exists():
@@ -150,7 +150,7 @@ def _source_checkpoint(root: Path, model_cls: type, name: str) -> Path:
 def sources(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sources")
     for cls in (RegressionModel, WideRegression, OtherModel):
-        _source_checkpoint(root, cls, "checkpoint-1")
+        _source_checkpoint(root, cls)
     return root
 
 
@@ -377,10 +377,12 @@ CASES: dict[str, Case] = {
                                               resume=_resume_other_shapes),
     "resume_true_without_checkpoint": Case("train", ValueError, r"No valid checkpoint found in output directory",
                                            resume=_resume_true_without_complete_checkpoint),
-    "output_dir_is_a_file": Case("init", FileExistsError, r"out_file", output_dir=_output_is_file),
+    "output_dir_is_a_file": Case("init", NotADirectoryError, r"output_dir='.*out_file' is a file",
+                                 output_dir=_output_is_file),
     "output_dir_is_a_file_native": Case("train", NotADirectoryError, r"output_dir='.*out_file' is a file",
                                         output_dir=_output_is_file, entry="native"),
-    "output_dir_under_a_file": Case("init", NotADirectoryError, r"parent_file", output_dir=_output_under_file),
+    "output_dir_under_a_file": Case("init", NotADirectoryError, r"parent_file/out' lies under .*parent_file",
+                                    output_dir=_output_under_file),
     "output_dir_under_a_file_native": Case("train", NotADirectoryError, r"parent_file/out' lies under .*parent_file",
                                            output_dir=_output_under_file, entry="native"),
     "output_dir_not_writable": Case("train", PermissionError, r"output_dir='.*out' is not writable", patch=_unwritable),

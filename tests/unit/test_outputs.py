@@ -185,3 +185,13 @@ def test_checkpoint_names(tmp_path):
     assert is_complete_checkpoint(_make_checkpoint(tmp_path, "checkpoint-1"))
     assert not is_complete_checkpoint(_make_checkpoint(tmp_path, "checkpoint-2", complete=False))
     assert not is_complete_checkpoint(tmp_path / "checkpoint-3")
+
+
+def test_get_last_checkpoint_skips_a_truncated_trainer_state(tmp_path):
+    from hf_lightning.checkpointing.paths import get_last_checkpoint
+
+    for step, text in ((3, '{"global_step": 3}'), (5, '{"global_st')):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(text)
+    assert get_last_checkpoint(str(tmp_path)).endswith("checkpoint-3")
