@@ -22,6 +22,8 @@ from typing import Any
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from hf_lightning._utils import enum_value
+
 
 def _tensorboard_dir(args: Any) -> str:
     # HF 5.x: env TENSORBOARD_LOGGING_DIR, else output_dir/runs/<Mon DD_HH-MM-SS>_<host>; 4.x's logging_dir wins.
@@ -60,7 +62,7 @@ class HFTensorBoardLogger(TensorBoardLogger):
         # Lightning calls this right after log_hyperparams at the start of every run; HF writes its text
         # summaries at on_train_begin only, so evaluation runs add nothing.
         trainer = getattr(model, "_trainer", None)
-        if trainer is None or _value(trainer.state.fn) != "fit":
+        if trainer is None or enum_value(trainer.state.fn) != "fit":
             return
         args_json = getattr(self._training_args, "to_json_string", None)
         self.experiment.add_text(
@@ -80,10 +82,6 @@ class HFTensorBoardLogger(TensorBoardLogger):
     def save(self) -> None:
         if self._experiment is not None:
             self.experiment.flush()
-
-
-def _value(v: Any) -> Any:
-    return getattr(v, "value", v)
 
 
 def _tensorboard(args: Any) -> Logger:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from hf_lightning._utils import enum_value, has_len
 import torch
 
 __all__ = [
@@ -41,20 +42,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _value(v: Any) -> Any:
-    return getattr(v, "value", v)
-
-
-def _has_len(dataset: Any) -> bool:
-    try:
-        len(dataset)
-    except TypeError:
-        return False
-    return True
-
-
 def _evaluates_during_training(args: Any) -> bool:
-    return _value(getattr(args, "eval_strategy", "no")) != "no" or bool(getattr(args, "eval_on_start", False))
+    return enum_value(getattr(args, "eval_strategy", "no")) != "no" or bool(getattr(args, "eval_on_start", False))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,11 +85,11 @@ def _always(args: Any) -> bool:
 
 
 def _strategy_is_steps(field: str) -> Callable[[Any], bool]:
-    return lambda args: _value(getattr(args, field, "no")) == "steps"
+    return lambda args: enum_value(getattr(args, field, "no")) == "steps"
 
 
 def _uses_adam(args: Any) -> bool:
-    return "adam" in str(_value(getattr(args, "optim", "")))
+    return "adam" in str(enum_value(getattr(args, "optim", "")))
 
 
 def _epochs_decide(args: Any) -> bool:
@@ -259,7 +248,7 @@ def check_eval_datasets(args: Any, eval_dataset: Any) -> None:
         return
     if eval_dataset is None:
         raise ValueError(
-            f"TrainingArguments.eval_strategy={_value(args.eval_strategy)!r} (or eval_on_start) evaluates during "
+            f"TrainingArguments.eval_strategy={enum_value(args.eval_strategy)!r} (or eval_on_start) evaluates during "
             "training, but no eval_dataset was given. Pass an eval_dataset or set eval_strategy='no'."
         )
     if isinstance(eval_dataset, Mapping):
@@ -274,7 +263,7 @@ def check_eval_datasets(args: Any, eval_dataset: Any) -> None:
     for label, dataset in named:
         if dataset is None:
             raise ValueError(f"{label} is None. Pass a dataset there, or remove the entry.")
-        if _has_len(dataset) and len(dataset) == 0:
+        if has_len(dataset) and len(dataset) == 0:
             raise ValueError(
                 f"{label} is empty (0 rows): its evaluation metrics would be undefined. Pass a non-empty dataset, "
                 "or remove it."
@@ -301,7 +290,7 @@ def _collate_rows(dataset: Any, collate_fn: Callable, batch_size: int, spread: b
     advance): the first rows, or rows spread evenly over the dataset. Objects in ``shared`` (the model, which
     ``DataCollatorForSeq2Seq(model=...)`` holds) are referenced by the copy, not copied. ``None`` when the dataset
     cannot be indexed or the collator not copied."""
-    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not _has_len(dataset):
+    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not has_len(dataset):
         # Iterating a stream could consume it; its first batch is checked by the first step instead.
         return None
     size = min(batch_size, len(dataset))
@@ -564,7 +553,7 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     args = module.args
     check_arguments(args)
     trainer = module._trainer
-    if _value(getattr(args, "save_strategy", "steps")) != "no" and _should_save(args, trainer):
+    if enum_value(getattr(args, "save_strategy", "steps")) != "no" and _should_save(args, trainer):
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)
     check_eval_datasets(args, getattr(datamodule, "eval_dataset", None))
@@ -575,7 +564,7 @@ def run_preflight(module: Any, datamodule: Any) -> None:
         if collate_fn is not None:
             batch = _collate_rows(dataset, collate_fn, int(args.train_batch_size), shared=(module.model,))
             if batch is not None:
-                first = dataset[0] if _has_len(dataset) and len(dataset) else None
+                first = dataset[0] if has_len(dataset) and len(dataset) else None
                 columns = list(first) if isinstance(first, Mapping) else None
                 check_train_batch(batch, module.model, args, module.label_names, columns)
         check_metric_for_best_model(module, datamodule)

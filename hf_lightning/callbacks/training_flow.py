@@ -30,6 +30,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from hf_lightning._utils import enum_value
 from hf_lightning import _compat
 from hf_lightning.callbacks.hf_api import (
     CallbackHandler,
@@ -59,10 +60,6 @@ from hf_lightning.outputs import TrainOutput, speed_metrics
 
 
 logger = logging.getLogger(__name__)
-
-
-def _value(v: Any) -> Any:
-    return getattr(v, "value", v)
 
 
 class HFFlowCallback(pl.Callback):
@@ -425,7 +422,7 @@ class HFFlowCallback(pl.Callback):
         if self.control.should_evaluate:
             metrics = self._evaluate(trainer, pl_module)
             is_new_best = self._determine_best_metric(metrics)
-            if _value(self.args.save_strategy) == "best":
+            if enum_value(self.args.save_strategy) == "best":
                 self.control.should_save = is_new_best
         if self.control.should_save:
             self._save_checkpoint(trainer, pl_module)
@@ -561,7 +558,7 @@ class HFFlowCallback(pl.Callback):
             state.best_metric = float("-inf") if args.greater_is_better else float("inf")
         if better(value, state.best_metric):
             state.best_metric = value
-            if _value(args.save_strategy) in ("steps", "epoch", "best"):
+            if enum_value(args.save_strategy) in ("steps", "epoch", "best"):
                 state.best_global_step = state.global_step
             return True
         return False

@@ -17,26 +17,15 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
+from hf_lightning._utils import enum_value, has_len
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
 from hf_lightning.data.windows import WindowedLoader
 
 
-def _enum_value(value: Any) -> Any:
-    return getattr(value, "value", value)
-
-
 def _is_hf_dataset(dataset: Any) -> bool:
     return hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns")
-
-
-def _has_len(dataset: Any) -> bool:
-    try:
-        len(dataset)
-    except TypeError:
-        return False
-    return True
 
 
 def _seed_worker(worker_id: int, num_workers: int = 0, rank: int = 0) -> None:
@@ -131,10 +120,10 @@ class HFDataModule(pl.LightningDataModule):
         return kwargs
 
     def _train_sampler(self, dataset: Any):
-        if isinstance(dataset, IterableDataset) or not _has_len(dataset):
+        if isinstance(dataset, IterableDataset) or not has_len(dataset):
             return None
         args = self.args
-        strategy = _enum_value(getattr(args, "train_sampling_strategy", "random"))
+        strategy = enum_value(getattr(args, "train_sampling_strategy", "random"))
         if strategy not in ("random", "sequential", "group_by_length"):
             raise ValueError(
                 f"train_sampling_strategy={strategy!r} is not supported by hf_lightning; use 'random', "
@@ -166,7 +155,7 @@ class HFDataModule(pl.LightningDataModule):
             raise ValueError("Training requires a train_dataset: pass `train_dataset=` to HFDataModule / Trainer.")
         if self._train_loader is None:
             dataset, collator = self._prepare(self.train_dataset, "training")
-            if _has_len(dataset) and len(dataset) == 0:
+            if has_len(dataset) and len(dataset) == 0:
                 raise ValueError(
                     "The train_dataset is empty (0 rows): nothing to train on. Check the dataset you passed as "
                     "`train_dataset`."
@@ -210,7 +199,7 @@ class HFDataModule(pl.LightningDataModule):
             return None
 
     def num_train_examples(self) -> int | None:
-        return len(self.train_dataset) if self.train_dataset is not None and _has_len(self.train_dataset) else None
+        return len(self.train_dataset) if self.train_dataset is not None and has_len(self.train_dataset) else None
 
     def train_dataloader(self) -> WindowedLoader:
         skip, self.resume_windows = self.resume_windows, 0
@@ -233,7 +222,7 @@ class HFDataModule(pl.LightningDataModule):
         """A sequential dataloader over ``dataset`` with the eval batch size."""
         dataset, collator = self._prepare(dataset, description)
         kwargs = self._loader_kwargs()
-        if not isinstance(dataset, IterableDataset) and _has_len(dataset):
+        if not isinstance(dataset, IterableDataset) and has_len(dataset):
             kwargs["sampler"] = SequentialSampler(dataset)
             kwargs["drop_last"] = bool(getattr(self.args, "dataloader_drop_last", False))
         return DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **kwargs)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning._utils import enum_value, has_len
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
@@ -32,18 +33,6 @@ from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
 from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
-
-
-def _value(v: Any) -> Any:
-    return getattr(v, "value", v)
-
-
-def _has_len(dataset: Any) -> bool:
-    try:
-        len(dataset)
-    except TypeError:
-        return False
-    return True
 
 
 class Trainer:
@@ -155,12 +144,12 @@ class Trainer:
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
         args = self.args
-        if _value(args.eval_strategy) != "no" and self.eval_dataset is None:
+        if enum_value(args.eval_strategy) != "no" and self.eval_dataset is None:
             raise ValueError(
                 f"You have set `args.eval_strategy` to {args.eval_strategy} but you didn't pass an `eval_dataset` to "
                 "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
             )
-        if (_value(args.save_strategy) == "best" or args.load_best_model_at_end) and \
+        if (enum_value(args.save_strategy) == "best" or args.load_best_model_at_end) and \
                 args.metric_for_best_model is None:
             raise ValueError(
                 "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
@@ -173,13 +162,13 @@ class Trainer:
                     " boolean argument which will be triggered after the last batch of the eval set to signal that"
                     " the summary statistics should be returned by the function."
                 )
-        if self.train_dataset is not None and not _has_len(self.train_dataset) and args.max_steps <= 0:
+        if self.train_dataset is not None and not has_len(self.train_dataset) and args.max_steps <= 0:
             raise ValueError(
                 "The train_dataset does not implement __len__, max_steps has to be specified. The number of steps "
                 "needs to be known in advance for the learning rate scheduler."
             )
         if self.train_dataset is not None and isinstance(self.train_dataset, torch.utils.data.IterableDataset) \
-                and _value(getattr(args, "train_sampling_strategy", "random")) == "group_by_length":
+                and enum_value(getattr(args, "train_sampling_strategy", "random")) == "group_by_length":
             raise ValueError("the `group_by_length` sampling strategy needs a dataset with a length; this "
                              "train_dataset is an IterableDataset.")
 
@@ -396,7 +385,7 @@ class Trainer:
             acc = module.eval_accumulators.get(0)
         finally:
             module.eval_accumulators = {}
-        size = len(dataset) if _has_len(dataset) else None
+        size = len(dataset) if has_len(dataset) else None
         preparation = getattr(self, "model_preparation_time", None)
         if acc is None:
             preds, labels, metrics, num_samples = None, None, {}, size or 0
