@@ -84,8 +84,10 @@ def test_demo_trains_resumes_and_prints_a_summary(tmp_path, capsys, caplog):
     assert re.search(r"^2: resumed\s+3 -> 5\s", summary, re.M)
     assert "checkpoints left    checkpoint-4, checkpoint-5  (save_total_limit=2)" in summary
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-5"]
-    tensorboard_runs = {path.parent for path in out.glob("runs/*/events.out.tfevents.*")}
-    assert len(tensorboard_runs) == 2, "one TensorBoard run folder per invocation"
+    # HF names the run folder after the second it started (<Mon DD_HH-MM-SS>_<host>): two invocations in the same
+    # second share one folder, each writing its own event file.
+    event_files = list(out.glob("runs/*/events.out.tfevents.*"))
+    assert len(event_files) >= 2, "each invocation writes TensorBoard events"
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
 
     # Running the demo again replaces its own folder.
