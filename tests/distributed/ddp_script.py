@@ -40,6 +40,9 @@ def main() -> None:
         with open(result, "w") as f:
             json.dump({"log_history": trainer.state.log_history, "eval": metrics, "weights": weights,
                        "world": int(os.environ.get("WORLD_SIZE", "1"))}, f)
+    # HF's documented last call of a distributed script: destroy the process group, so no gloo thread is still
+    # running when the interpreter exits (which aborts the process).
+    trainer.end()
 
 
 if __name__ == "__main__":
