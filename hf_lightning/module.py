@@ -33,7 +33,7 @@ from hf_lightning.evaluation import (
     nested_detach,
 )
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
-from hf_lightning.optim import create_optimizer, create_scheduler
+from hf_lightning.optim import create_optimizer, create_scheduler, is_metric_driven
 from hf_lightning.preflight import run_preflight
 
 # HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
@@ -358,7 +358,7 @@ class HFLightningModule(pl.LightningModule):
         step_skipped = scale_before is not None and scale_after < scale_before
         self._emit("on_optimizer_step")
         learning_rate = self._current_lr(scheduler, optimizer)
-        if scheduler is not None and not _is_plateau(scheduler) and not step_skipped:
+        if scheduler is not None and not is_metric_driven(scheduler) and not step_skipped:
             scheduler.step()
         optimizer.zero_grad()
         return {"losses": losses, "stepped": True, "grad_norm": self.grad_norm, "learning_rate": learning_rate,
@@ -381,7 +381,7 @@ class HFLightningModule(pl.LightningModule):
 
     def _current_lr(self, scheduler: Any, optimizer: Any) -> float:
         # HF reads the LR after optimizer.step and before scheduler.step: the LR this update used.
-        if scheduler is None or _is_plateau(scheduler):
+        if scheduler is None or is_metric_driven(scheduler):
             return optimizer.param_groups[0]["lr"]
         return scheduler.get_last_lr()[0]
 
@@ -531,9 +531,6 @@ def _loss_from_outputs(outputs: Any, inputs: Mapping) -> torch.Tensor:
         )
     return loss
 
-
-def _is_plateau(scheduler: Any) -> bool:
-    return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) or type(scheduler).__name__ == "GreedyLR"
 
 
 def _average_gradients(model: nn.Module, world_size: int) -> None:

@@ -37,12 +37,6 @@ class TrainingPlan:
     num_train_samples: float
     total_train_batch_size: int
 
-    def window_sizes(self, micro_batches: int) -> tuple[int, int]:
-        """Return ``(GA, size of the last window)`` for an epoch of ``micro_batches`` batches."""
-        ga = self.gradient_accumulation_steps
-        remainder = micro_batches % ga
-        return ga, remainder or ga
-
     def epoch_progress(self, epoch: int, micro_batches_done: int) -> float:
         """HF's ``state.epoch`` after ``micro_batches_done`` batches of loop epoch ``epoch``."""
         return epoch + micro_batches_done / self.steps_in_epoch

@@ -55,6 +55,7 @@ from hf_lightning.checkpointing.rotation import (
     rotate_checkpoints,
 )
 from hf_lightning.evaluation import EvalRequest
+from hf_lightning.optim import is_metric_driven
 from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
 from hf_lightning.outputs import TrainOutput, speed_metrics
 
@@ -359,7 +360,7 @@ class HFFlowCallback(pl.Callback):
             return
         plan = pl_module.plan
         self.state.global_step = trainer.global_step
-        self.state.epoch = trainer.current_epoch + self.micro_in_epoch / plan.steps_in_epoch
+        self.state.epoch = plan.epoch_progress(trainer.current_epoch, self.micro_in_epoch)
         self.last_grad_norm = outputs["grad_norm"]
         self.last_learning_rate = outputs["learning_rate"]
         self.control = self.handler.on_step_end(self.args, self.state, self.control)
@@ -523,10 +524,7 @@ class HFFlowCallback(pl.Callback):
                   skip_scheduler: bool = False) -> dict[str, float]:
         metrics = self.hooks.evaluate()
         scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
-        if scheduler is not None and not skip_scheduler and (
-            isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-            or type(scheduler).__name__ == "GreedyLR"
-        ):
+        if scheduler is not None and not skip_scheduler and is_metric_driven(scheduler):
             key = self._metric_key()
             if key not in metrics:
                 raise KeyError(

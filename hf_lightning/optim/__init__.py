@@ -10,7 +10,13 @@ from hf_lightning.optim.optimizers import (
     get_optimizer_cls_and_kwargs,
     parse_optim_args,
 )
-from hf_lightning.optim.schedulers import SCHEDULER_REGISTRY, create_scheduler, get_scheduler, resolve_warmup_steps
+from hf_lightning.optim.schedulers import (
+    SCHEDULER_REGISTRY,
+    create_scheduler,
+    get_scheduler,
+    is_metric_driven,
+    resolve_warmup_steps,
+)
 from hf_lightning.optim.schedules import (
     get_constant_schedule,
     get_constant_schedule_with_warmup,
@@ -52,6 +58,7 @@ __all__ = [
     "get_reduce_on_plateau_schedule",
     "get_scheduler",
     "get_wsd_schedule",
+    "is_metric_driven",
     "parse_optim_args",
     "resolve_warmup_steps",
 ]

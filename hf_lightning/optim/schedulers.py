@@ -241,3 +241,12 @@ def create_scheduler(args: Any, optimizer: Optimizer, num_training_steps: int) -
         num_training_steps=num_training_steps,
         scheduler_specific_kwargs=_scheduler_kwargs(getattr(args, "lr_scheduler_kwargs", None)),
     )
+
+
+def is_metric_driven(scheduler: Any) -> bool:
+    """Whether ``scheduler`` steps on an evaluation metric (ReduceLROnPlateau, GreedyLR) rather than per step.
+
+    HF steps these after each in-training evaluation and never per optimizer step. A ``GreedyLR`` from
+    transformers (passed through ``optimizers=``) is recognised by its class name.
+    """
+    return isinstance(scheduler, (ReduceLROnPlateau, GreedyLR)) or type(scheduler).__name__ == "GreedyLR"
