@@ -265,7 +265,7 @@ class CallbackHandler(TrainerCallback):
         Returns:
             The control object to use from now on.
         """
-        for callback in self.callbacks:
+        for callback in self._listeners(event):
             result = getattr(callback, event)(
                 args,
                 state,
@@ -281,6 +281,31 @@ class CallbackHandler(TrainerCallback):
             if result is not None:
                 control = result
         return control
+
+    def _listeners(self, event: str) -> list:
+        """The callbacks whose ``event`` does something: those that override :class:`TrainerCallback`'s no-op.
+
+        Calling the others changes nothing (they return None), so leaving them out keeps HF's results while
+        sparing the per-step events (``on_step_begin``, ``on_optimizer_step``, ...) a call per callback. The
+        answer is cached for the current list of callbacks and recomputed when the list changes.
+        """
+        callbacks = self.callbacks
+        cache = self.__dict__.get("_listener_cache")
+        if cache is None or cache[0] != callbacks:
+            cache = self._listener_cache = (list(callbacks), {})
+        listeners = cache[1].get(event)
+        if listeners is None:
+            listeners = cache[1][event] = [cb for cb in callbacks if _handles(cb, event)]
+        return listeners
+
+
+def _handles(callback: Any, event: str) -> bool:
+    """Whether ``callback.event`` is anything but :class:`TrainerCallback`'s own no-op method."""
+    if event in getattr(callback, "__dict__", {}):
+        return True
+    base = getattr(TrainerCallback, event, None)
+    method = getattr(type(callback), event, None)
+    return base is None or method is not base
 
 
 class DefaultFlowCallback(TrainerCallback):

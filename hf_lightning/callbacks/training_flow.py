@@ -329,17 +329,25 @@ class HFFlowCallback(pl.Callback):
         """An HF per-window event reported by the module while it runs a window."""
         if event == "on_micro_batch_end":
             self._track_micro_batch(kwargs["inputs"], kwargs["loss"])
-            return
-        self.control = getattr(self.handler, event)(self.args, self.state, self.control)
+        else:
+            self.control = getattr(self.handler, event)(self.args, self.state, self.control)
 
     def _track_micro_batch(self, inputs: Any, loss: torch.Tensor) -> None:
         self.micro_in_epoch += 1
-        if getattr(self.args, "logging_nan_inf_filter", True):
-            # HF adds the running average instead of a non-finite loss; torch.where keeps it sync-free.
-            fallback = self.tr_loss / (1 + self.state.global_step - self.globalstep_last_logged)
-            self.tr_loss = torch.where(torch.isfinite(loss), self.tr_loss + loss, self.tr_loss + fallback)
+        tr_loss = self.tr_loss
+        if not getattr(self.args, "logging_nan_inf_filter", True):
+            self.tr_loss = tr_loss + loss
+        elif loss.device.type == "cpu":
+            # HF adds the running average instead of a non-finite loss. On the CPU, reading the flag costs no
+            # device sync, so it is a plain branch as in HF.
+            if bool(torch.isfinite(loss)):
+                self.tr_loss = tr_loss + loss
+            else:
+                self.tr_loss = tr_loss + tr_loss / (1 + self.state.global_step - self.globalstep_last_logged)
         else:
-            self.tr_loss = self.tr_loss + loss
+            # On an accelerator torch.where keeps it sync-free.
+            fallback = tr_loss / (1 + self.state.global_step - self.globalstep_last_logged)
+            self.tr_loss = torch.where(torch.isfinite(loss), tr_loss + loss, tr_loss + fallback)
         module = self._module
         self.current_flos += module.floating_point_ops(inputs)
         mode = getattr(self.args, "include_num_input_tokens_seen", "no")

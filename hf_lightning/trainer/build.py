@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -122,7 +123,10 @@ def quiet_lightning():
     for lg in loggers:
         lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
     try:
-        yield
+        with warnings.catch_warnings():
+            # Lightning 2.6's own use of a torch pytree API that torch 2.13 deprecates: nothing the user can act on.
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+            yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)

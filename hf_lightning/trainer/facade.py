@@ -246,10 +246,10 @@ class Trainer:
         self._datamodule = self._build_datamodule()
         if _overrides(self, "get_train_dataloader"):
             self._datamodule._train_loader = self.get_train_dataloader()
-        self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
         self.is_in_train = True
         try:
             with quiet_lightning():
+                self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
                 self._pl_trainer.fit(self._module, datamodule=self._datamodule, ckpt_path=ckpt_path)
         finally:
             self.is_in_train = False
@@ -370,8 +370,9 @@ class Trainer:
             self.model.to(dtype=torch.bfloat16)
         # After a train() the evaluation goes to the same loggers (HF's TensorBoard keeps its writer's folder).
         loggers = list(self._pl_trainer.loggers) if self._pl_trainer is not None else []
-        pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=loggers or False,
-                                             enable_progress_bar=False)
+        with quiet_lightning():
+            pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=loggers or False,
+                                                 enable_progress_bar=False)
         if self._pl_trainer is None and getattr(self, "model_preparation_time", None) is None:
             # HF times the model's preparation on the first evaluation before training and reports that same value
             # with every evaluation afterwards, during training too.

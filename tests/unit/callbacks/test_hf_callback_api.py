@@ -321,3 +321,61 @@ def test_class_is_instantiated_on_add():
     handler = CallbackHandler([DefaultFlowCallback], None, None, None, None)
     handler.add_callback(PrinterCallback)
     assert isinstance(handler.callbacks[-1], PrinterCallback)
+
+
+def _recording(name, calls, events=("on_step_end",)):
+    """A callback class overriding ``events`` only, each recording ``(name, event)`` into ``calls``."""
+
+    def make(event):
+        def method(self, args, state, control, **kwargs):
+            calls.append((name, event))
+
+        return method
+
+    return type(name, (TrainerCallback,), {event: make(event) for event in events})()
+
+
+def test_events_reach_callbacks_added_or_patched_after_first_dispatch():
+    # The handler skips callbacks that do not override an event; that shortcut must follow the list as it changes.
+    calls: list = []
+    handler = CallbackHandler([DefaultFlowCallback(), _recording("a", calls)], None, None, None, None)
+    args, state, control = object(), TrainerState(), TrainerControl()
+    handler.on_step_begin(args, state, control)
+    handler.on_step_end(args, state, control)
+    assert calls == [("a", "on_step_end")]
+
+    late = _recording("late", calls, events=("on_step_begin", "on_step_end"))
+    handler.add_callback(late)
+    handler.on_step_begin(args, state, control)
+    handler.on_step_end(args, state, control)
+    assert calls[1:] == [("late", "on_step_begin"), ("a", "on_step_end"), ("late", "on_step_end")]
+
+    # An instance attribute counts as an override too.
+    patched = TrainerCallback()
+    patched.on_step_begin = lambda args, state, control, **kwargs: calls.append(("patched", "on_step_begin"))
+    handler.callbacks.append(patched)
+    handler.on_step_begin(args, state, control)
+    assert calls[-2:] == [("late", "on_step_begin"), ("patched", "on_step_begin")]
+
+    handler.remove_callback(late)
+    calls.clear()
+    handler.on_step_begin(args, state, control)
+    handler.on_step_end(args, state, control)
+    assert calls == [("patched", "on_step_begin"), ("a", "on_step_end")]
+
+
+def test_skipping_no_op_callbacks_keeps_hf_resets_and_returns():
+    # No callback overrides on_step_begin: the handler still clears the flags HF clears before the event.
+    handler = CallbackHandler([DefaultFlowCallback()], None, None, None, None)
+    control = TrainerControl(should_log=True, should_evaluate=True, should_save=True)
+    control = handler.on_step_begin(object(), TrainerState(), control)
+    assert (control.should_log, control.should_evaluate, control.should_save) == (False, False, False)
+
+    replacement = TrainerControl(should_training_stop=True)
+
+    class Replacer(TrainerCallback):
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            return replacement
+
+    handler.add_callback(Replacer)
+    assert handler.on_optimizer_step(object(), TrainerState(), TrainerControl()) is replacement

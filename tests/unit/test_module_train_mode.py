@@ -1,0 +1,81 @@
+"""HF calls ``model.train()`` before every micro-batch; hf_lightning skips the call only when it would change nothing."""
+
+import torch
+from torch import nn
+
+import hf_lightning
+from tests.helpers.models import RegressionModel, regression_data
+
+
+class ModeRecorder(nn.Module):
+    """Wraps the regression model; records every module's training flag at each forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = RegressionModel()
+        self.dropout = nn.Dropout(0.0)
+        self.modes: list[bool] = []
+
+    def forward(self, x, labels=None):
+        self.modes.append(all(m.training for m in self.modules()))
+        return self.inner(self.dropout(x), labels=labels)
+
+
+class CountingNorm(nn.LayerNorm):
+    """A sub-module with its own ``train``: HF's per-micro-batch ``model.train()`` reaches it every time."""
+
+    calls = 0
+
+    def train(self, mode: bool = True):
+        CountingNorm.calls += 1
+        return super().train(mode)
+
+
+def _args(tmp_path, **kwargs):
+    return hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, report_to="none", use_cpu=True,
+        disable_tqdm=True, save_strategy="no", logging_strategy="no", **kwargs)
+
+
+def test_modules_switched_to_eval_by_a_callback_train_again_next_step(tmp_path):
+    model = ModeRecorder()
+
+    class EvalSomePart(hf_lightning.TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            # e.g. a callback probing the model in eval mode and not switching back; only a sub-module here.
+            model.dropout.eval()
+
+    hf_lightning.Trainer(model=model, args=_args(tmp_path, gradient_accumulation_steps=2),
+                         train_dataset=regression_data(), callbacks=[EvalSomePart()]).train()
+    assert len(model.modes) == 8
+    assert all(model.modes), model.modes
+
+
+def test_a_module_overriding_train_is_called_every_micro_batch(tmp_path):
+    model = RegressionModel()
+    model.norm = CountingNorm(4)
+    CountingNorm.calls = 0
+    hf_lightning.Trainer(model=model, args=_args(tmp_path, gradient_accumulation_steps=2),
+                         train_dataset=regression_data()).train()
+    # 4 optimizer steps x 2 micro-batches, plus any calls Lightning makes around fit.
+    assert CountingNorm.calls >= 8
+
+
+def test_starting_from_eval_mode_trains_in_training_mode(tmp_path):
+    model = ModeRecorder()
+    model.eval()
+    hf_lightning.Trainer(model=model, args=_args(tmp_path), train_dataset=regression_data()).train()
+    assert model.modes and all(model.modes)
+
+
+def test_facade_prints_no_lightning_banners(tmp_path, capfd, caplog):
+    # An HF user sees HF's output: no "GPU available" / "TPU available" / tips from Lightning, for train and evaluate.
+    caplog.set_level("INFO")
+    trainer = hf_lightning.Trainer(model=RegressionModel(), args=_args(tmp_path), train_dataset=regression_data(),
+                                   eval_dataset=regression_data(8))
+    trainer.train()
+    trainer.evaluate()
+    out, err = capfd.readouterr()
+    shown = out + err + caplog.text
+    for banner in ("GPU available", "TPU available", "Tip:", "LeafSpec"):
+        assert banner not in shown
