@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 # Repeats per measurement in a full run (the machine has 2 cores and may be shared: medians of several runs).
 REPEATS = {"train_tiny": 4, "train_small": 3, "eval": 3, "checkpoint": 3, "import": 5}
 EVAL_ROWS = 512
-SAVES = 3
+SAVES = 5
 IMPORT_STATEMENTS = {
     "torch": "import torch",
     "lightning": "import lightning.pytorch",
@@ -122,6 +122,10 @@ class Driver:
         jobs_path, results_path = os.path.join(base, "jobs.json"), os.path.join(base, "results.json")
         with open(jobs_path, "w") as f:
             json.dump(jobs, f)
+        if hasattr(os, "sync"):
+            # No worker starts with another contender's written-but-unflushed files still going to the disk (the
+            # kernel would flush them while this one runs, e.g. during its checkpoint saves).
+            os.sync()
         with open(os.path.join(base, "output.log"), "w") as out:
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", jobs_path, results_path],
                                   stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=base,

@@ -39,6 +39,7 @@ from hf_lightning.callbacks.hf_api import (
     ProgressCallback,
     TrainerCallback,
 )
+from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
 from hf_lightning.checkpointing.format import (
     load_model_weights,
     load_optimizer_and_scheduler,
@@ -133,6 +134,13 @@ class HFFlowCallback(pl.Callback):
         pl_module.event_sink = self
         self._trainer, self._module = trainer, pl_module
         self.handler.model = pl_module.model
+        # An earlier fit's checkpoints finish flushing and rotating before this one looks at output_dir.
+        wait_for_flushes()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # The checkpoints saved so far reach the disk before the error surfaces (their failures are only logged:
+        # the original error is the one to report).
+        wait_for_flushes()
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         """Resume from an HF ``checkpoint-N`` folder (``fit(ckpt_path=folder)``, see ``HFCheckpointIO``)."""
@@ -386,6 +394,8 @@ class HFFlowCallback(pl.Callback):
             trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Every checkpoint on disk and rotated, as HF leaves them, before the best one is loaded or cleaned up.
+        wait_for_flushes(raise_failures=True)
         self.resume_dir = None
         args, state = self.args, self.state
         self.total_loss_scalar += self.tr_loss.item()
@@ -577,6 +587,8 @@ class HFFlowCallback(pl.Callback):
 
     def _save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         args, state = self.args, self.state
+        # The previous save's flush and rotation finish first, so this one starts from the folders HF would see.
+        wait_for_flushes(raise_failures=True)
         self.store_flos()
         run_dir = args.output_dir
         should_save = self._should_save()
@@ -607,6 +619,8 @@ class HFFlowCallback(pl.Callback):
             barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
+            # One process: the fsync runs on a background thread (checkpointing/durability.py).
+            flush_in_background=trainer.world_size == 1,
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io
@@ -614,7 +628,12 @@ class HFFlowCallback(pl.Callback):
             checkpoint_io = HFCheckpointIO()
         checkpoint_io.save_checkpoint(payload, run_dir)
         foreign.discard(folder)
-        if should_save:
+        if should_save and trainer.world_size == 1:
+            # Behind the new folder's flush: an older checkpoint is deleted only once a newer one is on disk.
+            run_in_background(f"rotating checkpoints in {run_dir}", rotate_checkpoints, run_dir,
+                              save_total_limit=args.save_total_limit,
+                              best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=set(foreign))
+        elif should_save:
             rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
                                best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=foreign)
 

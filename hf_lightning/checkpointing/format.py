@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import safetensors.torch
 import torch
 
+from hf_lightning.checkpointing.durability import run_in_background
 from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, checkpoint_folder_name
 from hf_lightning.checkpointing.rng import capture_rng_state, rng_file_name, rng_safe_globals
 
@@ -404,12 +405,19 @@ def _set_aside(final: str) -> None:
     )
 
 
-def _publish(temporary: str, final: str) -> None:
+def _flush_published(final: str) -> None:
+    """Flush a renamed checkpoint folder: its files, itself and the parent's entry for it."""
+    _fsync_tree(final)
+    _fsync_path(os.path.dirname(final), directory=True)
+
+
+def _publish(temporary: str, final: str, flush: bool = True) -> None:
     """Rename ``temporary`` to ``final``; an existing ``final`` is swapped out first and deleted afterwards."""
     parent = os.path.dirname(final)
     if not os.path.lexists(final):
         os.replace(temporary, final)
-        _fsync_path(parent, directory=True)
+        if flush:
+            _fsync_path(parent, directory=True)
         return
     # HF writes into an existing folder; we replace it whole. A crash between the two renames leaves the old folder
     # under a `.tmp-checkpoint-*` name, which resume ignores and stale cleanup removes.
@@ -507,6 +515,7 @@ def write_checkpoint(
     extra_callback_states: dict[str, Any] | None = None,
     barrier: Callable[[], None] | None = None,
     keep_replaced: bool = False,
+    flush_in_background: bool = False,
 ) -> str:
     """Write ``run_dir/checkpoint-{global_step}`` with HF's files, crash-safely.
 
@@ -521,7 +530,10 @@ def write_checkpoint(
     :func:`hf_lightning.checkpointing.rotation.rotate_checkpoints` afterwards on ``should_save`` processes.
 
     Crash safety: the files go to ``run_dir/.tmp-checkpoint-{global_step}-{pid}``, are fsynced, and the folder
-    is renamed to ``checkpoint-{global_step}``. An existing folder of that name is replaced as a whole (HF writes
+    is renamed to ``checkpoint-{global_step}``. With ``flush_in_background`` (one process only) the folder is
+    renamed as soon as its files are written, which already makes it safe against the process being killed, and
+    the ``fsync`` that makes it survive a power cut runs on a background thread
+    (:mod:`hf_lightning.checkpointing.durability`); queue anything that deletes older checkpoints behind it. An existing folder of that name is replaced as a whole (HF writes
     into it); with ``keep_replaced`` it is renamed to ``superseded-checkpoint-{global_step}-<time>`` instead of
     deleted. If writing fails, the temporary folder is removed and the error propagates (an ``OSError`` such as a
     full disk as :class:`CheckpointSaveError`); every existing ``checkpoint-N`` is untouched.
@@ -554,6 +566,8 @@ def write_checkpoint(
         barrier: Synchronises all processes; required when ``world_size > 1``.
         keep_replaced: Keep an existing ``checkpoint-{global_step}`` (one an earlier run wrote) aside instead of
             deleting it.
+        flush_in_background: Return before the files are flushed to disk; the flush is queued with
+            :func:`hf_lightning.checkpointing.durability.run_in_background` (ignored with ``world_size > 1``).
 
     Returns:
         The path of the checkpoint folder, ``os.path.join(run_dir, f"checkpoint-{global_step}")``.
@@ -626,10 +640,13 @@ def write_checkpoint(
             shutil.rmtree(temporary)
         os.makedirs(temporary)
         _write_contents(temporary, run_dir, global_step, **contents)
-        _fsync_tree(temporary)
+        if not flush_in_background:
+            _fsync_tree(temporary)
         if keep_replaced:
             _set_aside(final)
-        _publish(temporary, final)
+        _publish(temporary, final, flush=not flush_in_background)
+        if flush_in_background:
+            run_in_background(f"flushing {final} to disk", _flush_published, final)
     except OSError as err:
         shutil.rmtree(temporary, ignore_errors=True)
         raise CheckpointSaveError(final, err) from err

@@ -31,10 +31,10 @@ CHILD = textwrap.dedent('''
     if kill_at:
         if where == "publish":
             original = fmt._publish
-            def publish(temporary, final):
+            def publish(temporary, final, **kwargs):
                 if final.endswith(f"checkpoint-{{kill_at}}"):
                     os.kill(os.getpid(), signal.SIGKILL)
-                return original(temporary, final)
+                return original(temporary, final, **kwargs)
             fmt._publish = publish
         else:  # in the middle of writing the folder's files
             original = torch.save

@@ -135,10 +135,10 @@ def _install_kill_point(point: str, k: int) -> None:
     elif point in ("publish", "published"):
         original_publish = fmt._publish
 
-        def publish(temporary, final):
+        def publish(temporary, final, **kwargs):
             if point == "publish":
                 countdown.hit()
-            original_publish(temporary, final)
+            original_publish(temporary, final, **kwargs)
             if point == "published":
                 countdown.hit()
 

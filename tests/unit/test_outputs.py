@@ -155,7 +155,7 @@ def test_get_last_checkpoint_skips_incomplete_folders(tmp_path, caplog):
     assert _hf().get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-8")
     with caplog.at_level(logging.WARNING, logger=paths.__name__):
         assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
-    assert "checkpoint-8: it has no trainer_state.json" in caplog.text
+    assert "checkpoint-8: its save did not finish (no trainer_state.json)" in caplog.text
 
 
 @pytest.mark.parametrize("names", [[], ["other", "checkpoint-x"]], ids=["empty", "no-match"])

@@ -19,6 +19,8 @@ from hf_lightning.checkpointing.rotation import (
 
 STEPS = [2, 4, 6, 8, 10]
 BASE_TIME = 1_700_000_000.0
+# The smallest valid safetensors file (no tensors): an 8-byte header length and the header "{}".
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
 # Modification time of each step's folder, in seconds after BASE_TIME.
 MTIMES = {
     "increasing": {2: 0, 4: 10, 6: 20, 8: 30, 10: 40},
@@ -37,7 +39,7 @@ def _make_tree(root: Path, mtimes: dict[int, float]) -> str:
     for step, offset in mtimes.items():
         folder = root / f"checkpoint-{step}"
         folder.mkdir()
-        (folder / "model.safetensors").write_bytes(b"")
+        (folder / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
         (folder / "trainer_state.json").write_text("{}")
         os.utime(folder, (BASE_TIME + offset, BASE_TIME + offset))
     return str(root)
@@ -120,7 +122,7 @@ def test_rotation_ignores_incomplete_and_foreign_folders(tmp_path):
     output_dir = _make_tree(tmp_path / "out", {2: 0, 4: 10, 6: 20})
     half_written = tmp_path / "out" / "checkpoint-8"  # an HF save killed before trainer_state.json
     half_written.mkdir()
-    (half_written / "model.safetensors").write_bytes(b"")
+    (half_written / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     no_weights = tmp_path / "out" / "checkpoint-9"
     no_weights.mkdir()
     (no_weights / "trainer_state.json").write_text("{}")

@@ -1,0 +1,116 @@
+"""Flushing published checkpoints to disk off the training thread.
+
+When :func:`~hf_lightning.checkpointing.format.write_checkpoint` returns, ``checkpoint-N`` is complete and got its
+name by one atomic rename: a process that is killed at any moment leaves either the previous state or the whole
+new folder, because the kernel keeps the written pages whatever happens to the process. Surviving a power cut or a
+kernel crash as well needs the data on the disk (``fsync``), and that costs as much again as writing the files.
+HF's Trainer never flushes; we flush every checkpoint, but here, on one background thread, so that training does
+not wait for the disk:
+
+- jobs run one at a time in the order they were queued: a checkpoint's flush always runs before anything queued
+  after it, in particular before the rotation that deletes older checkpoints (the trainer queues rotation here),
+  so an older checkpoint is only ever deleted once a newer one is on the disk;
+- :func:`wait_for_flushes` blocks until every queued job is done; the trainer calls it before the next save, at
+  the end of training and when training fails, and it runs at interpreter exit;
+- a job that fails (an ``fsync`` reporting an I/O error, a folder that cannot be deleted) is logged as a warning
+  naming what it was doing, and raised again by the next :func:`wait_for_flushes` that is asked to.
+
+A folder renamed just before a power cut may come back with truncated files; ``get_last_checkpoint`` checks
+each candidate's files and skips such a folder, and the previous checkpoint is still there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointFlushError(RuntimeError):
+    """A background checkpoint job (flush or rotation) failed; ``description`` says which."""
+
+
+class _BackgroundJobs:
+    """One daemon thread running queued callables in order (started on first use)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._failures: list[tuple[str, BaseException]] = []
+
+    def submit(self, description: str, job: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="hf_lightning-checkpoint-flush", daemon=True)
+                self._thread.start()
+        self._queue.put((description, job, args, kwargs))
+
+    def _run(self) -> None:
+        while True:
+            description, job, args, kwargs = self._queue.get()
+            try:
+                job(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 - reported to the training thread, never lost
+                logger.warning("Background checkpoint job failed while %s: %s", description, err)
+                self._failures.append((description, err))
+            finally:
+                self._queue.task_done()
+
+    def wait(self, raise_failures: bool = False) -> None:
+        if self._thread is None:
+            return
+        self._queue.join()
+        if raise_failures and self._failures:
+            failures, self._failures = self._failures, []
+            description, err = failures[0]
+            raise CheckpointFlushError(
+                f"A checkpoint job failed in the background while {description}: {err}. The checkpoint folder "
+                "named there may not be on the disk; check the disk and save again."
+            ) from err
+
+
+_JOBS = _BackgroundJobs()
+
+
+def _forget_parent_jobs() -> None:
+    # A forked child (a DataLoader worker) has a copy of the parent's queue but not its thread: start empty.
+    global _JOBS
+    _JOBS = _BackgroundJobs()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_jobs)
+
+
+def run_in_background(description: str, job: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Queue ``job(*args, **kwargs)`` behind every checkpoint job queued before it.
+
+    Args:
+        description: What the job does, for the warning if it fails (e.g. ``"flushing /out/checkpoint-40"``).
+        job: The callable; its return value is dropped.
+    """
+    _JOBS.submit(description, job, *args, **kwargs)
+
+
+def wait_for_flushes(raise_failures: bool = False) -> None:
+    """Block until every queued checkpoint flush and rotation has finished.
+
+    Args:
+        raise_failures: Raise :class:`CheckpointFlushError` for the first job that failed since the last call
+            that raised (each failure was already logged when it happened).
+    """
+    _JOBS.wait(raise_failures=raise_failures)
+
+
+# Daemon threads are stopped at exit without running their queue: finish it first (a process that is killed skips
+# this, and the atomic rename already kept its checkpoints consistent).
+atexit.register(wait_for_flushes)
+
+__all__ = ["CheckpointFlushError", "run_in_background", "wait_for_flushes"]
