@@ -161,6 +161,7 @@ class HFLightningModule(pl.LightningModule):
         self._model_prepared = False
         self._neftune_handle = None
         self._train_mode_modules: tuple[nn.Module, list[nn.Module] | None] | None = None
+        self._clip_parameters: tuple[nn.Module, list[nn.Parameter]] | None = None
 
     @property
     def trainer_state(self) -> Any:
@@ -396,6 +397,8 @@ class HFLightningModule(pl.LightningModule):
     training_step.__signature__ = inspect.signature(training_step)
 
     def on_train_start(self) -> None:
+        # The model may have changed between two fits (a callback, model_init): list its modules again.
+        self._clip_parameters = self._train_mode_modules = None
         # One optimizer step spans several backward passes (the window); DDP would all-reduce after the first
         # one only, so its automatic sync is turned off and the window's gradients are averaged once, below.
         _compat.disable_ddp_gradient_sync(self.trainer)
@@ -407,8 +410,27 @@ class HFLightningModule(pl.LightningModule):
             _average_gradients(self.model, self.trainer.world_size)
         max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
             else math.inf
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self._parameters_in_order(), max_norm)
         self._emit("on_pre_optimizer_step")
+
+    def _parameters_in_order(self) -> list[nn.Parameter]:
+        """``list(self.model.parameters())``, kept for the run: the model's parameters do not change while it trains.
+
+        HF passes ``model.parameters()`` to the clipping every step; listing it walks every sub-module again. The
+        list is rebuilt when training starts and whenever the model object is replaced.
+        """
+        cache = self._clip_parameters
+        if cache is None or cache[0] is not self.model:
+            cache = self._clip_parameters = (self.model, list(self.model.parameters()))
+        return cache[1]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets `_current_fx_name` around every hook call (≈ 30 times a step); a plain string needs none of
+        # nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def _current_lr(self, scheduler: Any, optimizer: Any) -> float:
         # HF reads the LR after optimizer.step and before scheduler.step: the LR this update used.
