@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # Repeats per measurement in a full run (the machine has 2 cores and may be shared: medians of several runs).
-REPEATS = {"train_tiny": 4, "train_small": 3, "eval": 3, "checkpoint": 3, "import": 5}
+REPEATS = {"train_tiny": 5, "train_small": 5, "eval": 3, "checkpoint": 3, "import": 5}
 EVAL_ROWS = 512
 SAVES = 5
 IMPORT_STATEMENTS = {

@@ -2,8 +2,8 @@
 
 Contenders (all with the settings in :mod:`workloads`):
 
-- ``plain``: a hand-written PyTorch loop, the floor: forward, backward, clip, fused AdamW step, scheduler step,
-  ``zero_grad``; with the flow on it also averages the loss for a log entry every ``logging_steps`` (one
+- ``plain``: a hand-written PyTorch loop, the floor: forward, backward, clip, fused AdamW step (over HF's two
+  parameter groups, as every contender), scheduler step, ``zero_grad``; with the flow on it also averages the loss for a log entry every ``logging_steps`` (one
   ``.item()`` per log), evaluates on the eval set and ``torch.save``s model + optimizer + scheduler.
 - ``lightning``: a plain ``lightning.Trainer`` with automatic optimization (``gradient_clip_val``, a step-interval
   scheduler); with the flow on, ``self.log`` every step into an in-memory logger written every ``logging_steps``,
@@ -112,8 +112,22 @@ def _loader(dataset, batch_size: int, shuffle: bool) -> torch.utils.data.DataLoa
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
 
 
+def _param_groups(model: torch.nn.Module) -> list[dict]:
+    """HF's two AdamW groups: weights that decay, and biases / LayerNorm parameters that do not.
+
+    ``TrainingArguments(weight_decay=0.0)`` still gives HF's Trainer these two groups (both with decay 0), and the
+    fused AdamW then runs once per group; the plain contenders step the same groups so that every loop does the
+    same optimizer work.
+    """
+    no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    no_decay |= {id(p) for name, p in model.named_parameters() if name.endswith("bias")}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": 0.0},
+            {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
+
+
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-8,
+    return torch.optim.AdamW(_param_groups(model), lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-8,
                              weight_decay=0.0, fused=True)
 
 
