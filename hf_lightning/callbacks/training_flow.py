@@ -394,6 +394,8 @@ class HFFlowCallback(pl.Callback):
             trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # HF's last zero_grad (the module defers it to the next backward, and there is none).
+        pl_module._release_stepped_gradients()
         # Every checkpoint on disk and rotated, as HF leaves them, before the best one is loaded or cleaned up.
         wait_for_flushes(raise_failures=True)
         self.resume_dir = None
@@ -497,6 +499,8 @@ class HFFlowCallback(pl.Callback):
         ``on_prediction_step``s, its ``on_log`` / ``on_evaluate``, then the next set's.
         """
         trainer, module = self._trainer, self._module
+        # No gradients held while evaluating, as in HF (the module drops them lazily, see hf_training_step).
+        module._release_stepped_gradients()
         if eval_dataset is not None:
             raise ValueError("Evaluating another dataset while training is not supported; pass it to "
                              "Trainer.evaluate() after train().")

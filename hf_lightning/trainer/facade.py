@@ -266,6 +266,9 @@ class Trainer:
         """HF's per-micro-batch ``training_step`` (loss, scaling, backward); returns the detached loss."""
         return self.lightning_module.hf_training_step(model, inputs, num_items_in_batch)
 
+    # Every backward goes through HFLightningModule.hf_training_step (a subclass's override may not).
+    training_step.calls_hf_training_step = True
+
     def prediction_step(self, model: nn.Module, inputs: dict, prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None):
         """HF's ``prediction_step``: ``(loss, logits, labels)``."""

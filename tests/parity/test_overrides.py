@@ -42,6 +42,18 @@ class _ScaledTrainingStep(_Counted):
         return super().training_step(model, inputs, num_items_in_batch) * 3.0
 
 
+class _OwnBackwardTrainingStep(_Counted):
+    # A training_step written from scratch (no super()): its own loss and backward. The trainer must hand it
+    # zeroed gradients at every step, whatever it does with the previous step's.
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self._count("training_step")
+        model.train()
+        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        loss = loss / self.args.gradient_accumulation_steps
+        loss.backward()
+        return loss.detach()
+
+
 class _SGDOptimizer(_Counted):
     def create_optimizer(self, model=None):
         self._count("create_optimizer")
@@ -103,6 +115,7 @@ def _regression_pair(tmp_path, mixin: type, **args):
 OVERRIDES = [
     (_L2PenaltyLoss, "compute_loss", {}),
     (_ScaledTrainingStep, "training_step", {}),
+    (_OwnBackwardTrainingStep, "training_step", {}),
     (_SGDOptimizer, "create_optimizer", {"lr_scheduler_type": "cosine"}),
     (_StepLRScheduler, "create_scheduler", {}),
     (_SequentialLoader, "get_train_dataloader", {}),
@@ -110,7 +123,7 @@ OVERRIDES = [
 ]
 
 
-@pytest.mark.parametrize("mixin,name,args", OVERRIDES, ids=[o[1] for o in OVERRIDES])
+@pytest.mark.parametrize("mixin,name,args", OVERRIDES, ids=[f"{o[1]}-{o[0].__name__}" for o in OVERRIDES])
 def test_override_matches_hf(tmp_path, mixin, name, args):
     hf, ours = _regression_pair(tmp_path, mixin, **args)
     assert_parity(hf, ours)

@@ -79,3 +79,28 @@ def test_facade_prints_no_lightning_banners(tmp_path, capfd, caplog):
     shown = out + err + caplog.text
     for banner in ("GPU available", "TPU available", "Tip:", "LeafSpec"):
         assert banner not in shown
+
+
+def test_gradients_are_dropped_before_evaluation_and_after_training(tmp_path):
+    # HF sets gradients to None after each optimizer step; hf_lightning drops them just before the next backward,
+    # but never holds them while evaluating and leaves none behind.
+    seen: dict[str, list[bool]] = {"prediction_step": [], "optimizer_step": []}
+
+    class Watch(hf_lightning.TrainerCallback):
+        def on_prediction_step(self, args, state, control, model=None, **kwargs):
+            seen["prediction_step"].append(all(p.grad is None for p in model.parameters()))
+
+        def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+            seen["optimizer_step"].append(all(p.grad is not None for p in model.parameters()))
+
+    model = RegressionModel()
+    args = _args(tmp_path, eval_strategy="steps", eval_steps=2)
+    hf_lightning.Trainer(model=model, args=args, train_dataset=regression_data(), eval_dataset=regression_data(8),
+                         callbacks=[Watch()]).train()
+    assert seen["prediction_step"] and all(seen["prediction_step"])
+    assert seen["optimizer_step"] == [True] * 4
+
+    # Without an evaluation at the last step, too.
+    model = RegressionModel()
+    hf_lightning.Trainer(model=model, args=_args(tmp_path / "no_eval"), train_dataset=regression_data()).train()
+    assert all(p.grad is None for p in model.parameters())
