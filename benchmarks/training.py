@@ -117,7 +117,9 @@ def _param_groups(model: torch.nn.Module) -> list[dict]:
 
     ``TrainingArguments(weight_decay=0.0)`` still gives HF's Trainer these two groups (both with decay 0), and the
     fused AdamW then runs once per group; the plain contenders step the same groups so that every loop does the
-    same optimizer work.
+    same optimizer work. Written here rather than imported from hf_lightning (whose
+    ``optim.grouping.build_param_groups`` gives the same two sets for GPT-2) so the plain contenders import neither
+    hf_lightning nor Lightning.
     """
     no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
     no_decay |= {id(p) for name, p in model.named_parameters() if name.endswith("bias")}

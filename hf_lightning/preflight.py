@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from hf_lightning._utils import enum_value, has_len
 import torch
+
+from hf_lightning._utils import enum_value, has_len
 
 __all__ = [
     "check_arguments",

@@ -18,6 +18,7 @@ Evaluation runs Lightning's own validation loop (Lightning's automatic trigger i
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -606,6 +607,8 @@ class HFFlowCallback(pl.Callback):
         scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
         foreign = getattr(self, "_foreign_checkpoints", set())
         folder = str(Path(run_dir) / checkpoint_folder_name(state.global_step))
+        # One process: the fsync, then the rotation, run on a background thread (checkpointing/durability.py).
+        in_background = trainer.world_size == 1
         payload = HFCheckpoint(
             state.global_step,
             model=pl_module.model,
@@ -623,8 +626,7 @@ class HFFlowCallback(pl.Callback):
             barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
-            # One process: the fsync runs on a background thread (checkpointing/durability.py).
-            flush_in_background=trainer.world_size == 1,
+            flush_in_background=in_background,
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io
@@ -632,14 +634,16 @@ class HFFlowCallback(pl.Callback):
             checkpoint_io = HFCheckpointIO()
         checkpoint_io.save_checkpoint(payload, run_dir)
         foreign.discard(folder)
-        if should_save and trainer.world_size == 1:
+        if not should_save:
+            return
+        rotate = functools.partial(rotate_checkpoints, run_dir, save_total_limit=args.save_total_limit,
+                                   best_model_checkpoint=state.best_model_checkpoint, use_mtime=True,
+                                   keep=set(foreign))
+        if in_background:
             # Behind the new folder's flush: an older checkpoint is deleted only once a newer one is on disk.
-            run_in_background(f"rotating checkpoints in {run_dir}", rotate_checkpoints, run_dir,
-                              save_total_limit=args.save_total_limit,
-                              best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=set(foreign))
-        elif should_save:
-            rotate_checkpoints(run_dir, save_total_limit=args.save_total_limit,
-                               best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=foreign)
+            run_in_background(f"rotating checkpoints in {run_dir}", rotate)
+        else:
+            rotate()
 
     def _load_best_model(self, pl_module: pl.LightningModule) -> None:
         load_model_weights(pl_module.model, self.state.best_model_checkpoint, strict=False)
