@@ -64,7 +64,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         from training import run_training
 
         os.makedirs(job["workdir"], exist_ok=True)
-        return run_training(job["contender"], workload, job["flow"] == "on", job["workdir"])
+        turns = None
+        if job.get("turn_fds"):
+            from turns import Turns
+
+            turns = Turns(*job["turn_fds"])
+        return run_training(job["contender"], workload, job["flow"] == "on", job["workdir"], turns)
     if section == "eval":
         from eval_memory import run_evaluation
 
@@ -119,29 +124,68 @@ class Driver:
         return os.path.join(self.workdir, f"{self._counter:04d}-{name}")
 
     def run_worker(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if hasattr(os, "sync"):
+            # No worker starts with another contender's written-but-unflushed files still going to the disk (the
+            # kernel would flush them while this one runs, e.g. during its checkpoint saves).
+            os.sync()
+        worker = self._start_worker(jobs)
+        try:
+            worker["proc"].wait(timeout=WORKER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            worker["proc"].kill()
+        return self._worker_results(worker)
+
+    def _start_worker(self, jobs: list[dict[str, Any]], pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
         base = self._next_dir("worker")
         os.makedirs(base, exist_ok=True)
         jobs_path, results_path = os.path.join(base, "jobs.json"), os.path.join(base, "results.json")
         with open(jobs_path, "w") as f:
             json.dump(jobs, f)
-        if hasattr(os, "sync"):
-            # No worker starts with another contender's written-but-unflushed files still going to the disk (the
-            # kernel would flush them while this one runs, e.g. during its checkpoint saves).
-            os.sync()
-        with open(os.path.join(base, "output.log"), "w") as out:
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", jobs_path, results_path],
-                                  stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=base,
-                                  timeout=WORKER_TIMEOUT)
-        results = []
-        if os.path.exists(results_path):
-            with open(results_path) as f:
+        log_path = os.path.join(base, "output.log")
+        with open(log_path, "w") as out:
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", jobs_path, results_path],
+                                    stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=base, pass_fds=pass_fds)
+        return {"proc": proc, "jobs": jobs, "results_path": results_path, "log_path": log_path}
+
+    @staticmethod
+    def _worker_results(worker: dict[str, Any]) -> list[dict[str, Any]]:
+        jobs, results = worker["jobs"], []
+        if os.path.exists(worker["results_path"]):
+            with open(worker["results_path"]) as f:
                 results = json.load(f)
         if len(results) < len(jobs):
-            with open(os.path.join(base, "output.log")) as f:
+            with open(worker["log_path"]) as f:
                 tail = f.read()[-3000:]
-            message = f"worker exited with {proc.returncode} before finishing: {tail}"
+            message = f"worker exited with {worker['proc'].returncode} before finishing: {tail}"
             results += [{"error": message}] * (len(jobs) - len(results))
         return results
+
+    def measure_in_turns(self, jobs: list[dict[str, Any]]) -> None:
+        """Run training ``jobs`` at once, one process each, taking turns inside their timed windows (:mod:`turns`)."""
+        from turns import Seat, take_turns
+
+        if hasattr(os, "sync"):
+            os.sync()
+        seats = [Seat() for _ in jobs]
+        workers = []
+        try:
+            for job, seat in zip(jobs, seats):
+                workers.append(self._start_worker([{**job, "turn_fds": list(seat.worker_fds)}],
+                                                  pass_fds=seat.worker_fds))
+                seat.started()
+            take_turns(seats, timeout=WORKER_TIMEOUT)
+        finally:
+            for seat in seats:
+                seat.close()
+            for worker in workers:
+                try:
+                    worker["proc"].wait(timeout=WORKER_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    worker["proc"].kill()
+                    worker["proc"].wait()
+        for job, worker in zip(jobs, workers):
+            self._record(job, self._worker_results(worker)[0])
+            shutil.rmtree(job["workdir"], ignore_errors=True)
 
     def measure(self, jobs: list[dict[str, Any]]) -> None:
         """Run ``jobs``, one fresh process each; with ``--quick`` they wait for :meth:`flush` (one process)."""
@@ -183,10 +227,12 @@ class Driver:
 
         for rep in range(repeats):
             order = _rotate(CONTENDERS, rep)
-            jobs = [dict(section="train", workload=workload, flow=flow, contender=c, rep=rep, quick=self.quick,
-                         workdir=self._next_dir(f"train-{workload}-{flow}-{c}"))
-                    for flow in ("on", "off") for c in order]
-            self.measure(jobs)
+            for flow in ("on", "off"):
+                # The four contenders of a setting run at once and take turns (also with --quick: the path is
+                # tested); the one that goes first rotates with the repeat.
+                self.measure_in_turns([dict(section="train", workload=workload, flow=flow, contender=c, rep=rep,
+                                            quick=self.quick, workdir=self._next_dir(f"train-{workload}-{flow}-{c}"))
+                                       for c in order])
 
     def evaluation(self, repeats: int, rows: int) -> None:
         from eval_memory import CONTENDERS

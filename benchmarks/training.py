@@ -20,8 +20,11 @@ construction, Lightning's setup, the first steps' allocations) is outside the wi
 log/eval/save fired inside the window is inside it for everyone.
 
 Each stamp holds the wall clock and the process's CPU time (``time.process_time``). With one thread the CPU
-time is what the run itself cost, whatever else the (shared, 2-core) machine was doing, so ``cpu_steps_per_s``
-is the steadier figure when the machine is busy; ``steps_per_s`` is the wall-clock one.
+time is what the run itself cost, whatever else the (shared, 2-core) machine was doing; ``steps_per_s`` is the
+wall-clock figure, ``cpu_steps_per_s`` the CPU-time one.
+
+In a full run the four contenders of a setting take turns inside the window (:mod:`turns`): a :class:`StepClock`
+with ``turns`` pauses every ``turn_steps`` steps and leaves the paused time out of both clocks.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Callable
 
 import torch
 
+from turns import Turns
 from workloads import LEARNING_RATE, MAX_GRAD_NORM, SEED, Workload, build_model, eval_data, linear_decay, train_data
 
 CONTENDERS = ("plain", "lightning", "hf", "hf_lightning")
@@ -66,45 +70,64 @@ def hf_style_args(workload: Workload, flow_on: bool, output_dir: str) -> dict[st
     )
 
 
-def _stamp() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
+class StepClock:
+    """Stamps (wall clock, CPU time) right after every optimizer step; with ``turns``, takes turns in the window.
+
+    With ``turns`` the contender pauses after the stamp of step ``warmup_steps`` and then every ``turn_steps``
+    steps, and the paused time is subtracted from every later stamp, so differences between stamps are this
+    contender's own running time. After the stamp of ``max_steps`` it waits for the other contenders to finish.
+    """
+
+    def __init__(self, workload: Workload, turns: Turns | None = None) -> None:
+        self.stamps: list[tuple[float, float]] = []
+        self.turns = turns
+        self.first, self.last, self.every = workload.warmup_steps, workload.max_steps, workload.turn_steps
+        self._paused_wall = self._paused_cpu = 0.0
+
+    def tick(self) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.stamps.append((wall - self._paused_wall, cpu - self._paused_cpu))
+        step = len(self.stamps)
+        if self.turns is None or step < self.first:
+            return
+        if step == self.last:
+            self.turns.finish()
+        elif (step - self.first) % self.every == 0:
+            self.turns.pause()
+            self._paused_wall += time.perf_counter() - wall
+            self._paused_cpu += time.process_time() - cpu
 
 
-def _step_stamps_callback(base: type):
+def _step_clock_callback(base: type, clock: StepClock):
     class StepStamps(base):
-        def __init__(self) -> None:
-            self.stamps: list[tuple[float, float]] = []
-
         def on_step_end(self, args, state, control, **kwargs):
-            self.stamps.append(_stamp())
+            clock.tick()
 
     return StepStamps()
 
 
-def train_hf(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
+def train_hf(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     import transformers
 
     args = transformers.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
-    stamps = _step_stamps_callback(transformers.TrainerCallback)
+    stamps = _step_clock_callback(transformers.TrainerCallback, clock)
     trainer = transformers.Trainer(
         model=build_model(workload), args=args, train_dataset=train_data(workload),
         eval_dataset=eval_data(workload) if flow_on else None, callbacks=[stamps],
     )
     trainer.train()
-    return stamps.stamps
 
 
-def train_hf_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
+def train_hf_lightning(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     import hf_lightning
 
     args = hf_lightning.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
-    stamps = _step_stamps_callback(hf_lightning.TrainerCallback)
+    stamps = _step_clock_callback(hf_lightning.TrainerCallback, clock)
     trainer = hf_lightning.Trainer(
         model=build_model(workload), args=args, train_dataset=train_data(workload),
         eval_dataset=eval_data(workload) if flow_on else None, callbacks=[stamps],
     )
     trainer.train()
-    return stamps.stamps
 
 
 def _loader(dataset, batch_size: int, shuffle: bool) -> torch.utils.data.DataLoader:
@@ -133,7 +156,7 @@ def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
                              weight_decay=0.0, fused=True)
 
 
-def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
+def train_plain(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     model = build_model(workload)
     model.train()
     optimizer = _optimizer(model)
@@ -142,7 +165,6 @@ def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[f
     eval_loader = _loader(eval_data(workload), workload.batch_size, shuffle=False) if flow_on else None
     history: list[dict] = []
     running_loss = torch.zeros(())
-    stamps: list[tuple[float, float]] = []
     for step, batch in enumerate(loader, start=1):
         loss = model(**batch).loss
         loss.backward()
@@ -151,7 +173,7 @@ def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[f
         scheduler.step()
         optimizer.zero_grad()
         running_loss += loss.detach()
-        stamps.append(_stamp())
+        clock.tick()
         if not flow_on:
             continue
         if step % workload.logging_steps == 0:
@@ -165,7 +187,6 @@ def train_plain(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[f
                        os.path.join(workdir, "checkpoint.pt"))
         if step == workload.max_steps:
             break
-    return stamps
 
 
 def _plain_evaluate(model: torch.nn.Module, loader) -> float:
@@ -179,7 +200,7 @@ def _plain_evaluate(model: torch.nn.Module, loader) -> float:
     return total.item() / max(batches, 1)
 
 
-def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tuple[float, float]]:
+def train_lightning(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.loggers import Logger
@@ -225,14 +246,10 @@ def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tup
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     class StepStamps(pl.Callback):
-        def __init__(self) -> None:
-            self.stamps: list[tuple[float, float]] = []
-
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            self.stamps.append(_stamp())
+            clock.tick()
 
-    stamps = StepStamps()
-    callbacks: list = [stamps]
+    callbacks: list = [StepStamps()]
     if flow_on:
         callbacks += [LearningRateMonitor(logging_interval="step"),
                       ModelCheckpoint(dirpath=workdir, every_n_train_steps=workload.eval_save_steps, save_top_k=1)]
@@ -249,10 +266,9 @@ def train_lightning(workload: Workload, flow_on: bool, workdir: str) -> list[tup
         train_dataloaders=_loader(train_data(workload), workload.batch_size, shuffle=True),
         val_dataloaders=_loader(eval_data(workload), workload.batch_size, shuffle=False) if flow_on else None,
     )
-    return stamps.stamps
 
 
-TRAINERS: dict[str, Callable[[Workload, bool, str], list[tuple[float, float]]]] = {
+TRAINERS: dict[str, Callable[[Workload, bool, str, StepClock], None]] = {
     "plain": train_plain,
     "lightning": train_lightning,
     "hf": train_hf,
@@ -260,11 +276,17 @@ TRAINERS: dict[str, Callable[[Workload, bool, str], list[tuple[float, float]]]] 
 }
 
 
-def run_training(contender: str, workload: Workload, flow_on: bool, workdir: str) -> dict[str, Any]:
-    """One timed training run; returns steps/s and tokens/s over the timed window (wall clock and CPU time)."""
+def run_training(contender: str, workload: Workload, flow_on: bool, workdir: str,
+                 turns: Turns | None = None) -> dict[str, Any]:
+    """One timed training run; returns steps/s and tokens/s over the timed window (wall clock and CPU time).
+
+    With ``turns`` the run takes turns with the other contenders of its setting inside the window (:mod:`turns`).
+    """
     torch.set_num_threads(1)
     started = time.perf_counter()
-    stamps = TRAINERS[contender](workload, flow_on, workdir)
+    clock = StepClock(workload, turns)
+    TRAINERS[contender](workload, flow_on, workdir, clock)
+    stamps = clock.stamps
     if len(stamps) != workload.max_steps:
         raise RuntimeError(f"{contender} ran {len(stamps)} optimizer steps, expected {workload.max_steps}.")
     # stamps[k - 1] is taken right after optimizer step k.

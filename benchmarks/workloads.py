@@ -35,6 +35,7 @@ class Workload:
         logging_steps: logging cadence when logging is on.
         eval_save_steps: evaluation and checkpoint cadence when they are on.
         eval_rows: rows in the evaluation set used during training.
+        turn_steps: optimizer steps each contender runs per turn when they take turns (see :mod:`turns`).
     """
 
     name: str
@@ -49,6 +50,7 @@ class Workload:
     logging_steps: int
     eval_save_steps: int
     eval_rows: int
+    turn_steps: int
 
     @property
     def max_steps(self) -> int:
@@ -64,15 +66,18 @@ class Workload:
 # tiny 20 logs + 4 eval/saves in 200 steps (10..210); small 2 logs + 2 eval/saves in 20 steps (5..25).
 WORKLOADS = {
     "tiny": Workload("tiny", n_layer=2, n_embd=64, n_head=2, vocab=256, seq_len=32, batch_size=8,
-                     warmup_steps=10, timed_steps=200, logging_steps=10, eval_save_steps=50, eval_rows=64),
+                     warmup_steps=10, timed_steps=200, logging_steps=10, eval_save_steps=50, eval_rows=64,
+                     turn_steps=10),
     "small": Workload("small", n_layer=4, n_embd=256, n_head=4, vocab=1024, seq_len=128, batch_size=8,
-                      warmup_steps=5, timed_steps=20, logging_steps=10, eval_save_steps=10, eval_rows=16),
+                      warmup_steps=5, timed_steps=20, logging_steps=10, eval_save_steps=10, eval_rows=16,
+                      turn_steps=2),
 }
 
 # ``--quick``: the same code paths with as little work as possible (for the test; the numbers mean nothing).
 QUICK_WORKLOADS = {
     "tiny": Workload("tiny", n_layer=2, n_embd=64, n_head=2, vocab=256, seq_len=32, batch_size=8,
-                     warmup_steps=2, timed_steps=4, logging_steps=2, eval_save_steps=2, eval_rows=8),
+                     warmup_steps=2, timed_steps=4, logging_steps=2, eval_save_steps=2, eval_rows=8,
+                     turn_steps=2),
 }
 
 

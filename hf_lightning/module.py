@@ -539,6 +539,10 @@ class HFLightningModule(pl.LightningModule):
         # predictions as HF's predict() does.
         self._eval_step(batch, batch_idx, dataloader_idx, default_keep=True)
 
+    # Read with inspect.getfullargspec before every evaluation batch, as training_step (above).
+    validation_step.__signature__ = inspect.signature(validation_step)
+    test_step.__signature__ = inspect.signature(test_step)
+
     def _eval_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int, default_keep: bool) -> None:
         request = self.eval_request
         keep = default_keep if request.keep_predictions is None else request.keep_predictions
@@ -556,7 +560,8 @@ class HFLightningModule(pl.LightningModule):
             # HF skips the logits when nothing would read them.
             wants_outputs = keep or self.compute_metrics is not None or self.metrics is not None
             prediction_loss_only = bool(getattr(self.args, "prediction_loss_only", False)) if wants_outputs else True
-        self.model.eval()
+        if self.model.training:  # Lightning's loop put the module in eval mode already, unless a hook changed it
+            self.model.eval()
         inputs = dict(batch)
         loss, logits, labels = self.hooks.prediction_step(self.model, inputs, prediction_loss_only,
                                                           ignore_keys=request.ignore_keys)

@@ -135,7 +135,10 @@ class TrainerState:
         Args:
             json_path: Destination file.
         """
-        text = json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+        # The fields as they are (json.dumps copies nothing): dataclasses.asdict would deep-copy the whole
+        # log_history on every save first. A dataclass value inside is written as asdict would write it.
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        text = json.dumps(fields, indent=2, sort_keys=True, default=_nested_dataclass_as_dict) + "\n"
         with open(json_path, "w", encoding="utf-8") as f:
             f.write(text)
 
@@ -304,3 +307,10 @@ def _trial_params(trial: Any) -> dict | None:
         f"Unknown type for trial {type(trial).__name__}: pass a dict of parameters or an Optuna-style trial with "
         "a `params` dict."
     )
+
+
+def _nested_dataclass_as_dict(value: Any) -> Any:
+    """``json.dumps``'s fallback in :meth:`TrainerState.save_to_json`: a dataclass instance as ``asdict`` gives it."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

@@ -45,6 +45,7 @@ from hf_lightning.checkpointing.format import (
     load_model_weights,
     load_optimizer_and_scheduler,
     load_scaler,
+    prepare_model_saving,
     verify_checkpoint_files,
 )
 from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
@@ -259,6 +260,8 @@ class HFFlowCallback(pl.Callback):
         if self._should_save():
             # Folders a killed save or deletion left behind are never picked up, but they take disk space.
             clean_stale_temporary_folders(args.output_dir, older_than=self.start_time)
+            if enum_value(args.save_strategy) != "no":
+                prepare_model_saving(pl_module.model)
             foreign = foreign_checkpoints(args.output_dir, self.resume_dir)
             self._foreign_checkpoints = set(foreign)
             if resuming:

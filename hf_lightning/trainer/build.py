@@ -126,6 +126,9 @@ def quiet_lightning():
         with warnings.catch_warnings():
             # Lightning 2.6's own use of a torch pytree API that torch 2.13 deprecates: nothing the user can act on.
             warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+            # A model from from_pretrained() is in eval mode; HF's Trainer (and the module, before each
+            # micro-batch) switches it to training mode itself, so Lightning's warning about it is only noise here.
+            warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
             yield
     finally:
         for lg, level in zip(loggers, levels):

@@ -103,3 +103,50 @@ def test_unknown_section_is_refused_with_the_choices(capsys):
     with pytest.raises(SystemExit):
         run.main(["--sections", "train,speed"])
     assert "unknown ['speed']; choose from train, eval, checkpoint, import" in capsys.readouterr().err
+
+
+_TURN_TAKER = """
+import os, sys
+sys.path.insert(0, {bench!r})
+from turns import Turns
+name, turns_to_take, crash_after, go, done, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(int, sys.argv[4:6]), sys.argv[6]
+turns = Turns(go, done)
+turns.pause()  # the start of the timed window
+for turn in range(turns_to_take):
+    if turn == crash_after:
+        os._exit(3)
+    with open(log, "a") as f:
+        f.write(f"{{name}}{{turn}} ")
+    if turn < turns_to_take - 1:
+        turns.pause()
+turns.finish()
+with open(log, "a") as f:
+    f.write(f"{{name}}-done ")
+"""
+
+
+def test_contenders_take_turns_one_at_a_time_and_a_crash_does_not_stall_the_others(tmp_path):
+    turns = _load("turns")
+    log = tmp_path / "turns.log"
+    script = tmp_path / "taker.py"
+    script.write_text(_TURN_TAKER.format(bench=str(RUN.parent)))
+    plan = {"a": (3, -1), "b": (3, 1), "c": (2, -1)}  # b exits during its second turn
+    seats, procs = [], []
+    for name, (count, crash_after) in plan.items():
+        seat = turns.Seat()
+        go, done = seat.worker_fds
+        procs.append(subprocess.Popen([sys.executable, str(script), name, str(count), str(crash_after), str(go),
+                                       str(done), str(log)], pass_fds=seat.worker_fds))
+        seat.started()
+        seats.append(seat)
+    try:
+        turns.take_turns(seats, timeout=60)
+    finally:
+        for seat in seats:
+            seat.close()
+    codes = [proc.wait(timeout=60) for proc in procs]
+    assert codes == [0, 3, 0]
+    # Round-robin, one turn each, b gone after its first; nobody finishes (tears down) before every window ended.
+    entries = log.read_text().split()
+    assert entries[:6] == ["a0", "b0", "c0", "a1", "c1", "a2"]
+    assert sorted(entries[6:]) == ["a-done", "c-done"]

@@ -1,5 +1,7 @@
 """HF calls ``model.train()`` before every micro-batch; hf_lightning skips the call only when it would change nothing."""
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -63,9 +65,13 @@ def test_a_module_overriding_train_is_called_every_micro_batch(tmp_path):
 
 def test_starting_from_eval_mode_trains_in_training_mode(tmp_path):
     model = ModeRecorder()
-    model.eval()
-    hf_lightning.Trainer(model=model, args=_args(tmp_path), train_dataset=regression_data()).train()
+    model.eval()  # as from_pretrained() leaves a model
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf_lightning.Trainer(model=model, args=_args(tmp_path), train_dataset=regression_data()).train()
     assert model.modes and all(model.modes)
+    # HF's Trainer says nothing about it; Lightning's "modules in eval mode" warning is not passed on.
+    assert not [w for w in caught if "eval mode" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_facade_prints_no_lightning_banners(tmp_path, capfd, caplog):
@@ -104,3 +110,22 @@ def test_gradients_are_dropped_before_evaluation_and_after_training(tmp_path):
     model = RegressionModel()
     hf_lightning.Trainer(model=model, args=_args(tmp_path / "no_eval"), train_dataset=regression_data()).train()
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_evaluation_batches_run_in_eval_mode_and_training_resumes_in_train_mode(tmp_path):
+    model = ModeRecorder()
+
+    class TrainModeAfterEachBatch(hf_lightning.TrainerCallback):
+        def on_prediction_step(self, args, state, control, model=None, **kwargs):
+            model.train()  # e.g. a callback probing the model; the next batch still evaluates in eval mode
+
+    eval_rows, eval_batch = 8, 4
+    args = _args(tmp_path, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=eval_batch)
+    trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=regression_data(),
+                                   eval_dataset=regression_data(eval_rows), callbacks=[TrainModeAfterEachBatch()])
+    trainer.train()
+    # 4 training steps, evaluations after steps 2 and 4 (2 batches each): train, train, eval, eval, train, ...
+    assert model.modes == [True, True, False, False, True, True, False, False]
+    model.modes.clear()
+    trainer.evaluate()
+    assert model.modes == [False, False]

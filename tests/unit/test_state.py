@@ -56,6 +56,31 @@ def test_save_to_json_is_byte_identical_to_hf(tmp_path, values):
     assert ours.read_bytes() == theirs.read_bytes()
 
 
+@dataclasses.dataclass
+class _Point:
+    x: int = 1
+    tags: tuple = ("a", "b")
+
+
+def test_save_to_json_writes_nested_values_as_hf(tmp_path):
+    # Entries a user's callback may append to log_history: tuples, nested dicts, a dataclass (asdict's territory).
+    history = [{"step": 1, "pair": (1, 2.5), "nested": {"k": [1, {"z": None}]}, "point": _Point(), "x": float("inf")}]
+    ours, theirs = tmp_path / "ours.json", tmp_path / "hf.json"
+    TrainerState(log_history=history).save_to_json(ours)
+    _hf().TrainerState(log_history=history).save_to_json(theirs)
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert json.loads(ours.read_text())["log_history"][0]["point"] == {"x": 1, "tags": ["a", "b"]}
+
+
+def test_save_to_json_rejects_unserializable_value_as_hf(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        TrainerState(log_history=[{"step": 1, "bad": object()}]).save_to_json(path)
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        _hf().TrainerState(log_history=[{"step": 1, "bad": object()}]).save_to_json(tmp_path / "hf.json")
+    assert not path.exists()
+
+
 def test_stateful_callbacks_list_is_exported_like_hf(tmp_path):
     hf = _hf()
     ours = TrainerState(
