@@ -55,6 +55,7 @@ class Seat:
     def __init__(self) -> None:
         self.go_read, self.go_write = os.pipe()
         self.done_read, self.done_write = os.pipe()
+        self._open = [self.go_read, self.go_write, self.done_read, self.done_write]
 
     @property
     def worker_fds(self) -> tuple[int, int]:
@@ -63,8 +64,7 @@ class Seat:
 
     def started(self) -> None:
         """Close the driver's copies of the contender's ends, so its exit shows as end of file."""
-        os.close(self.go_read)
-        os.close(self.done_write)
+        self._close(self.go_read, self.done_write)
 
     def go(self) -> None:
         try:
@@ -80,11 +80,14 @@ class Seat:
         return os.read(self.done_read, 1)
 
     def close(self) -> None:
-        for fd in (self.go_write, self.done_read):
-            try:
+        """Close every end still open here (the contender's too, if it never started)."""
+        self._close(*self._open)
+
+    def _close(self, *fds: int) -> None:
+        for fd in fds:
+            if fd in self._open:
+                self._open.remove(fd)
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def take_turns(seats: list[Seat], timeout: float) -> None:
