@@ -11,10 +11,12 @@ One command measures everything, CPU, one thread::
 - import time of ``hf_lightning`` and ``transformers.Trainer``.
 
 Every measurement runs in a fresh Python process (so peak RSS and import time mean something and no contender
-inherits another's warm state), contenders are interleaved round-robin and each is repeated; the tables show
-medians and the ratios hf_lightning / HF, hf_lightning / plain Lightning and hf_lightning / plain loop.
-``--quick`` runs every code path once with a few steps, in one worker process (for the test: its numbers mean
-nothing). See ``docs/performance.md`` for the latest table and how to read it.
+inherits another's warm state) and is repeated; the training contenders of a setting run at once and take turns
+inside their timed windows (:mod:`turns`), the other sections' contenders run one after another in an order that
+rotates each repeat. The tables show medians and the ratios hf_lightning / HF, hf_lightning / plain Lightning and
+hf_lightning / plain loop. ``--quick`` runs every code path once with a few steps, the non-training jobs in one
+worker process (for the test: its numbers mean nothing). See ``docs/performance.md`` for the latest table and
+how to read it.
 """
 
 from __future__ import annotations
