@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from tests.helpers.models import lm_data, tiny_gpt2  # noqa: E402
 
 
-def main() -> None:
+def main():
     lib_name, out, result, batch, max_steps = sys.argv[1:6]
     resume = len(sys.argv) > 6 and sys.argv[6] == "resume"
     if lib_name == "hf":
@@ -43,7 +43,15 @@ def main() -> None:
     # HF's documented last call of a distributed script: destroy the process group, so no gloo thread is still
     # running when the interpreter exits (which aborts the process).
     trainer.end()
+    return trainer, model
 
 
 if __name__ == "__main__":
-    main()
+    # The trainer and model stay referenced, and the process leaves without tearing down torch's objects: freeing
+    # the DDP reducer after the process group is gone can deadlock in torch 2.13 (its ProcessGroupGloo destructor
+    # joins a gloo thread that waits for the GIL the freeing thread holds; seen with HF's Trainer in this script,
+    # py-spy: Reducer dealloc -> ~ProcessGroupGloo -> thread join). Everything this script produces is written.
+    kept = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
