@@ -439,27 +439,36 @@ def _flush_published(final: str) -> None:
 
 
 def _publish(temporary: str, final: str, flush: bool = True) -> None:
-    """Rename ``temporary`` to ``final``; an existing ``final`` is swapped out first and deleted afterwards."""
+    """Rename ``temporary`` to ``final``; an existing ``final`` is swapped out first and deleted afterwards.
+
+    With ``flush=False`` the flush of the renamed folder is queued on the background thread, and the deletion of
+    the folder it replaced is queued behind that flush, so the old data goes only once the new data is on disk.
+    """
     parent = os.path.dirname(final)
+    displaced = None
     if not os.path.lexists(final):
         os.replace(temporary, final)
-        if flush:
-            _fsync_path(parent, directory=True)
+    else:
+        # HF writes into an existing folder; we replace it whole. A crash between the two renames leaves the old
+        # folder under a `.tmp-checkpoint-*` name, which resume ignores and stale cleanup removes.
+        displaced = temporary + ".replaced"
+        if os.path.lexists(displaced):
+            shutil.rmtree(displaced)
+        os.replace(final, displaced)
+        try:
+            os.replace(temporary, final)
+        except BaseException:
+            # Never leave the step without its folder: put the old one back.
+            os.replace(displaced, final)
+            raise
+    if flush:
+        _fsync_path(parent, directory=True)
+        if displaced is not None:
+            shutil.rmtree(displaced, ignore_errors=True)
         return
-    # HF writes into an existing folder; we replace it whole. A crash between the two renames leaves the old folder
-    # under a `.tmp-checkpoint-*` name, which resume ignores and stale cleanup removes.
-    displaced = temporary + ".replaced"
-    if os.path.lexists(displaced):
-        shutil.rmtree(displaced)
-    os.replace(final, displaced)
-    try:
-        os.replace(temporary, final)
-    except BaseException:
-        # Never leave the step without its folder: put the old one back.
-        os.replace(displaced, final)
-        raise
-    _fsync_path(parent, directory=True)
-    shutil.rmtree(displaced, ignore_errors=True)
+    run_in_background(f"flushing {final} to disk", _flush_published, final)
+    if displaced is not None:
+        run_in_background(f"removing {displaced}", shutil.rmtree, displaced, ignore_errors=True)
 
 
 def _save_strategy(args: Any) -> str:
@@ -672,8 +681,6 @@ def write_checkpoint(
         if keep_replaced:
             _set_aside(final)
         _publish(temporary, final, flush=not flush_in_background)
-        if flush_in_background:
-            run_in_background(f"flushing {final} to disk", _flush_published, final)
     except OSError as err:
         shutil.rmtree(temporary, ignore_errors=True)
         raise CheckpointSaveError(final, err) from err

@@ -12,7 +12,7 @@ from hf_lightning.checkpointing.durability import CheckpointFlushError, run_in_b
 from hf_lightning.checkpointing.paths import get_last_checkpoint, incomplete_reason
 from hf_lightning.checkpointing.rotation import rotate_checkpoints
 from tests.helpers.models import RegressionModel, regression_data
-from tests.unit.checkpointing.test_checkpoint_format import _write
+from tests.unit.checkpointing.test_checkpoint_format import _training_parts, _write
 
 
 @pytest.fixture
@@ -79,6 +79,19 @@ def test_rotation_queued_behind_a_flush_waits_for_it(tmp_path, blocked_flush):
     blocked_flush.set()
     wait_for_flushes(raise_failures=True)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]
+
+
+def test_replaced_folder_is_deleted_only_after_the_new_one_is_flushed(tmp_path, blocked_flush):
+    _write(tmp_path, 4)
+    final = _write(tmp_path, 4, parts=_training_parts(seed=1), flush_in_background=True)
+    # The new folder is published; the one it replaced waits, set aside, until the new one is on disk.
+    assert incomplete_reason(final) is None
+    set_aside = [name for name in os.listdir(tmp_path) if name.endswith(".replaced")]
+    assert len(set_aside) == 1 and incomplete_reason(tmp_path / set_aside[0]) is None
+    assert get_last_checkpoint(tmp_path) == final
+    blocked_flush.set()
+    wait_for_flushes(raise_failures=True)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-4"]
 
 
 def test_a_failed_job_is_reported_by_the_next_wait(caplog):
