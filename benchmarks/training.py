@@ -106,28 +106,27 @@ def _step_clock_callback(base: type, clock: StepClock):
     return StepStamps()
 
 
+def _train_hf_style(lib, workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
+    """``lib.Trainer`` with ``lib.TrainingArguments`` (``lib`` is ``transformers`` or ``hf_lightning``)."""
+    args = lib.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
+    trainer = lib.Trainer(
+        model=build_model(workload), args=args, train_dataset=train_data(workload),
+        eval_dataset=eval_data(workload) if flow_on else None,
+        callbacks=[_step_clock_callback(lib.TrainerCallback, clock)],
+    )
+    trainer.train()
+
+
 def train_hf(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     import transformers
 
-    args = transformers.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
-    stamps = _step_clock_callback(transformers.TrainerCallback, clock)
-    trainer = transformers.Trainer(
-        model=build_model(workload), args=args, train_dataset=train_data(workload),
-        eval_dataset=eval_data(workload) if flow_on else None, callbacks=[stamps],
-    )
-    trainer.train()
+    _train_hf_style(transformers, workload, flow_on, workdir, clock)
 
 
 def train_hf_lightning(workload: Workload, flow_on: bool, workdir: str, clock: StepClock) -> None:
     import hf_lightning
 
-    args = hf_lightning.TrainingArguments(**hf_style_args(workload, flow_on, workdir))
-    stamps = _step_clock_callback(hf_lightning.TrainerCallback, clock)
-    trainer = hf_lightning.Trainer(
-        model=build_model(workload), args=args, train_dataset=train_data(workload),
-        eval_dataset=eval_data(workload) if flow_on else None, callbacks=[stamps],
-    )
-    trainer.train()
+    _train_hf_style(hf_lightning, workload, flow_on, workdir, clock)
 
 
 def _loader(dataset, batch_size: int, shuffle: bool) -> torch.utils.data.DataLoader:
