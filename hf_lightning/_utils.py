@@ -14,6 +14,6 @@ def has_len(obj: Any) -> bool:
     """Whether ``len(obj)`` works (map-style datasets and loaders; not iterable datasets)."""
     try:
         len(obj)
-    except TypeError:
+    except (TypeError, AttributeError):
         return False
     return True

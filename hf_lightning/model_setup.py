@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 
 def _base_model(model: nn.Module) -> nn.Module:
@@ -22,11 +25,11 @@ def _base_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def enable_activation_checkpointing(model: nn.Module, args: Any) -> None:
+def enable_activation_checkpointing(model: nn.Module, args: TrainingArguments) -> None:
     """HF's ``activation_checkpointing`` (4.x: ``gradient_checkpointing``) with its kwargs."""
-    if not getattr(args, "activation_checkpointing", False):
+    if not args.activation_checkpointing:
         return
-    kwargs = dict(getattr(args, "activation_checkpointing_kwargs", None) or {})
+    kwargs = dict(args.activation_checkpointing_kwargs or {})
     every_n_layers = kwargs.pop("every_n_layers", 1)
     offload = kwargs.pop("offload", False)
     if hasattr(model, "activation_checkpointing_enable"):
@@ -66,12 +69,12 @@ def activate_neftune(model: nn.Module, alpha: float):
     return embeddings.register_forward_hook(_neftune_hook)
 
 
-def compile_model(model: nn.Module, args: Any) -> None:
+def compile_model(model: nn.Module, args: TrainingArguments) -> None:
     """``torch_compile``: compile the model in place (``nn.Module.compile`` keeps its state-dict keys)."""
-    if not getattr(args, "torch_compile", False):
+    if not args.torch_compile:
         return
-    kwargs = {"backend": getattr(args, "torch_compile_backend", None) or "inductor"}
-    if getattr(args, "torch_compile_mode", None):
+    kwargs = {"backend": args.torch_compile_backend or "inductor"}
+    if args.torch_compile_mode:
         kwargs["mode"] = args.torch_compile_mode
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

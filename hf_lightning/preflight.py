@@ -18,20 +18,22 @@ import contextlib
 import copy
 import inspect
 import logging
-import math
 import os
 import random
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from hf_lightning._utils import enum_value, has_len
+from hf_lightning.args.validation import check_trainable, evaluates_during_training
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 __all__ = [
-    "check_arguments",
     "check_eval_datasets",
     "check_metric_for_best_model",
     "check_model",
@@ -41,118 +43,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _evaluates_during_training(args: Any) -> bool:
-    return enum_value(getattr(args, "eval_strategy", "no")) != "no" or bool(getattr(args, "eval_on_start", False))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Arguments
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def _non_negative_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _finite_non_negative(v: Any) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-
-
-def _positive_steps(v: Any) -> bool:
-    # `*_steps` below 1 are a ratio of the total steps; 0 and negatives are meaningless.
-    return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-
-
-def _unit_interval_open_right(v: Any) -> bool:
-    return isinstance(v, (int, float)) and 0 <= v < 1
-
-
-def _optional_positive_int(v: Any) -> bool:
-    return v is None or _positive_int(v)
-
-
-def _finite_epochs(v: Any) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def _always(args: Any) -> bool:
-    return True
-
-
-def _strategy_is_steps(field: str) -> Callable[[Any], bool]:
-    return lambda args: enum_value(getattr(args, field, "no")) == "steps"
-
-
-def _uses_adam(args: Any) -> bool:
-    return "adam" in str(enum_value(getattr(args, "optim", "")))
-
-
-def _epochs_decide(args: Any) -> bool:
-    return int(getattr(args, "max_steps", -1)) <= 0
-
-
-# (field, is_valid, what it must be, when the field matters). HF validates none of these before training; most
-# fail later inside torch with a message that names torch's parameter, some never fail at all.
-_ARGUMENT_RULES: tuple[tuple[str, Callable[[Any], bool], str, Callable[[Any], bool]], ...] = (
-    ("per_device_train_batch_size", _positive_int, "a positive integer (examples per device and micro-batch)",
-     _always),
-    ("per_device_eval_batch_size", _positive_int, "a positive integer (examples per device and evaluation batch)",
-     _evaluates_during_training),
-    ("gradient_accumulation_steps", _positive_int, "a positive integer (micro-batches per optimizer step)",
-     _always),
-    ("learning_rate", _finite_non_negative, "a finite number >= 0", _always),
-    ("weight_decay", _finite_non_negative, "a finite number >= 0", _always),
-    ("adam_beta1", _unit_interval_open_right, "in [0, 1)", _uses_adam),
-    ("adam_beta2", _unit_interval_open_right, "in [0, 1)", _uses_adam),
-    ("adam_epsilon", _finite_non_negative, "a finite number >= 0", _uses_adam),
-    ("label_smoothing_factor", _unit_interval_open_right,
-     "in [0, 1): the share of probability moved from the true label to all labels (0 turns smoothing off)",
-     _always),
-    ("num_train_epochs", _finite_epochs, "a finite number", _epochs_decide),
-    ("logging_steps", _positive_steps, "> 0 with logging_strategy='steps' (below 1: a ratio of the total steps)",
-     _strategy_is_steps("logging_strategy")),
-    ("eval_steps", _positive_steps, "> 0 with eval_strategy='steps' (below 1: a ratio of the total steps)",
-     _strategy_is_steps("eval_strategy")),
-    ("save_steps", _positive_steps, "> 0 with save_strategy='steps' (below 1: a ratio of the total steps)",
-     _strategy_is_steps("save_strategy")),
-    ("eval_accumulation_steps", _optional_positive_int, "None or a positive integer", _always),
-    ("dataloader_num_workers", _non_negative_int, "an integer >= 0 (0 loads data in the training process)",
-     _always),
-)
-
-
-def check_arguments(args: Any) -> None:
-    """Refuse argument values that cannot train, naming the ``TrainingArguments`` field.
-
-    Args:
-        args: A ``TrainingArguments``.
-
-    Raises:
-        ValueError: A field is out of range (zero or negative batch size, accumulation, learning rate, steps;
-            ``label_smoothing_factor`` outside [0, 1); Adam betas outside [0, 1); ...), or ``fp16_full_eval`` is
-            set for evaluations during training on a machine without CUDA.
-    """
-    for field, is_valid, requirement, matters in _ARGUMENT_RULES:
-        if not hasattr(args, field) or not matters(args):
-            continue
-        value = getattr(args, field)
-        if not is_valid(value):
-            raise ValueError(
-                f"TrainingArguments.{field}={value!r} cannot train: it must be {requirement}. Change `{field}`."
-            )
-    if getattr(args, "fp16_full_eval", False) and _evaluates_during_training(args) and (
-        getattr(args, "use_cpu", False) or not torch.cuda.is_available()
-    ):
-        raise ValueError(
-            "TrainingArguments.fp16_full_eval=True casts the model to float16 for the evaluations during training, "
-            "which needs a CUDA GPU; this run is on the CPU. Use bf16_full_eval=True, or drop fp16_full_eval."
-        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,7 +124,7 @@ def check_model(model: torch.nn.Module, optimizer_given: bool = False) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def check_eval_datasets(args: Any, eval_dataset: Any) -> None:
+def check_eval_datasets(args: TrainingArguments, eval_dataset: Any) -> None:
     """Refuse evaluation data that is missing or empty when training evaluates.
 
     Args:
@@ -245,7 +135,7 @@ def check_eval_datasets(args: Any, eval_dataset: Any) -> None:
         ValueError: Evaluation runs during training but there is no eval dataset, the dict is empty, or a
             dataset (named by its key) has no rows.
     """
-    if not _evaluates_during_training(args):
+    if not evaluates_during_training(args):
         return
     if eval_dataset is None:
         raise ValueError(
@@ -345,7 +235,7 @@ def _non_finite(key: str, value: Any, label_names: Sequence[str]) -> str | None:
 def check_train_batch(
     batch: Any,
     model: torch.nn.Module,
-    args: Any,
+    args: TrainingArguments,
     label_names: Sequence[str],
     dataset_columns: Sequence[str] | None = None,
 ) -> None:
@@ -390,14 +280,14 @@ def check_train_batch(
     if unexpected and not takes_any:
         hint = (
             "set remove_unused_columns=True to drop them"
-            if not getattr(args, "remove_unused_columns", True)
+            if not args.remove_unused_columns
             else "make the data_collator stop adding them"
         )
         raise ValueError(
             f"Column(s) {unexpected} of the training batch are not arguments of {model_name}.forward "
             f"({', '.join(parameters)}), so the first step would fail. Rename or drop them, or {hint}."
         )
-    explicit = list(getattr(args, "label_names", None) or [])
+    explicit = list(args.label_names or [])
     missing = [name for name in explicit if name not in batch]
     if missing:
         raise ValueError(
@@ -410,7 +300,7 @@ def check_train_batch(
         if kind is not None:
             filtered = (
                 "logging_nan_inf_filter=True would hide it from the logged loss while the weights turn NaN"
-                if getattr(args, "logging_nan_inf_filter", True)
+                if args.logging_nan_inf_filter
                 else "every logged loss would be NaN"
             )
             raise ValueError(
@@ -498,8 +388,8 @@ def check_metric_for_best_model(module: Any, datamodule: Any) -> None:
         RuntimeError: ``compute_metrics`` raised on the batch.
     """
     args = module.args
-    metric = getattr(args, "metric_for_best_model", None)
-    if metric is None or not _evaluates_during_training(args):
+    metric = args.metric_for_best_model
+    if metric is None or not evaluates_during_training(args):
         return
     key = _metric_key(metric)
     names = list(getattr(datamodule, "eval_names", []) or [])
@@ -529,10 +419,10 @@ def check_metric_for_best_model(module: Any, datamodule: Any) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _should_save(args: Any, trainer: Any) -> bool:
+def _should_save(args: TrainingArguments, trainer: Any) -> bool:
     if trainer is None:
         return True
-    if getattr(args, "save_on_each_node", False):
+    if args.save_on_each_node:
         return trainer.local_rank == 0
     return trainer.global_rank == 0
 
@@ -552,9 +442,9 @@ def run_preflight(module: Any, datamodule: Any) -> None:
             column or path to change.
     """
     args = module.args
-    check_arguments(args)
+    check_trainable(args)
     trainer = module._trainer
-    if enum_value(getattr(args, "save_strategy", "steps")) != "no" and _should_save(args, trainer):
+    if enum_value(args.save_strategy) != "no" and _should_save(args, trainer):
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)
     check_eval_datasets(args, getattr(datamodule, "eval_dataset", None))

@@ -60,7 +60,7 @@ def resolve_plan(args, micro_batches_per_epoch: int | None, num_examples: int | 
     ga = int(args.gradient_accumulation_steps)
     if ga < 1:
         raise ValueError(f"gradient_accumulation_steps must be >= 1, got {ga}.")
-    train_batch_size = int(getattr(args, "train_batch_size", args.per_device_train_batch_size))
+    train_batch_size = int(args.train_batch_size)
     total_train_batch_size = train_batch_size * ga * world_size
     max_steps_arg = int(args.max_steps)
 

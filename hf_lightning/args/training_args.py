@@ -42,24 +42,18 @@ from hf_lightning.args.enums import (
     SaveStrategy,
     SchedulerType,
 )
+from hf_lightning.args import validation
+from hf_lightning.args.validation import (
+    LOG_LEVELS,
+    NO_AUTO_BATCH,
+    NO_HUB,
+    TRAIN_SAMPLING_CHOICES,
+    check_choice,
+)
 
 __all__ = ["TrainingArguments"]
 
 logger = logging.getLogger(__name__)
-
-# Level names accepted by `log_level` / `log_level_replica`; "passive" leaves the level alone.
-_LOG_LEVELS: dict[str, int] = {
-    "detail": logging.DEBUG,
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "passive": -1,
-}
-
-_TOKENS_SEEN_CHOICES = ("all", "non_padding", "no")
-_TRAIN_SAMPLING_CHOICES = ("random", "sequential", "group_by_length", "batch_rebalance")
 
 # HF's `AcceleratorConfig` defaults as they appear in `to_dict()` (HF pops `use_configured_state`
 # from the object while setting up devices, so it is absent there too).
@@ -273,11 +267,11 @@ class TrainingArguments:
     )
     log_level: str = field(
         default="passive",
-        metadata={"help": "Log level of the main process.", "choices": list(_LOG_LEVELS)},
+        metadata={"help": "Log level of the main process.", "choices": list(LOG_LEVELS)},
     )
     log_level_replica: str = field(
         default="warning",
-        metadata={"help": "Log level of the other processes.", "choices": list(_LOG_LEVELS)},
+        metadata={"help": "Log level of the other processes.", "choices": list(LOG_LEVELS)},
     )
     disable_tqdm: bool | None = field(
         default=None, metadata={"help": "Hide progress bars (default: hidden when logging is quieter than WARNING)."}
@@ -426,7 +420,7 @@ class TrainingArguments:
     label_names: list[str] | None = field(default=None, metadata={"help": "Input keys that hold the labels."})
     train_sampling_strategy: str = field(
         default="random",
-        metadata={"help": "Training sampler.", "choices": list(_TRAIN_SAMPLING_CHOICES)},
+        metadata={"help": "Training sampler.", "choices": list(TRAIN_SAMPLING_CHOICES)},
     )
     length_column_name: str = field(
         default="length", metadata={"help": "Column with precomputed lengths for length-grouped sampling."}
@@ -547,10 +541,10 @@ class TrainingArguments:
         self._fill_defaults()
         self._convert_enums()
         self._derive_values()
-        self._validate_hf_rules()
-        self._validate_choices()
+        validation.check_hf_rules(self)
+        validation.check_choices(self)
         self._derive_runtime_settings()
-        self._refuse_unsupported()
+        validation.refuse_unsupported(self)
 
     def _fill_defaults(self) -> None:
         if self.output_dir is None:
@@ -645,88 +639,6 @@ class TrainingArguments:
         if self.activation_checkpointing is None:
             self.activation_checkpointing = self.gradient_checkpointing = False
 
-    def _validate_hf_rules(self) -> None:
-        """HF 5.23's `_validate_args`, with its messages; integral float `*_steps` become ints."""
-        steps_limit = self.torch_empty_cache_steps
-        if steps_limit is not None and not (isinstance(steps_limit, int) and steps_limit > 0):
-            raise ValueError(f"`torch_empty_cache_steps` must be an integer bigger than 0, got {steps_limit}.")
-
-        if self.logging_strategy == IntervalStrategy.STEPS and self.logging_steps == 0:
-            raise ValueError(f"logging strategy {self.logging_strategy} requires non-zero --logging_steps")
-        for name, strategy in (
-            ("logging_steps", self.logging_strategy),
-            ("eval_steps", self.eval_strategy),
-            ("save_steps", self.save_strategy),
-        ):
-            value = getattr(self, name)
-            if strategy == "steps" and value > 1:
-                if value != int(value):
-                    raise ValueError(f"--{name} must be an integer if bigger than 1: {value}")
-                setattr(self, name, int(value))
-
-        if self.load_best_model_at_end and self.save_strategy != SaveStrategy.BEST:
-            self._validate_best_model_cadence()
-
-        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not _bf16_accelerator_available():
-            message = (
-                "Your setup doesn't support bf16/gpu. You need to assign use_cpu if you want to train the model on CPU."
-            )
-            if torch.cuda.is_available():
-                message += " You need Ampere+ GPU with cuda>=11.0."
-            raise ValueError(message)
-        if self.fp16 and self.bf16:
-            raise ValueError("At most one of fp16 and bf16 can be True, but not both")
-        if self.fp16_full_eval and self.bf16_full_eval:
-            raise ValueError("At most one of fp16 and bf16 can be True for full eval, but not both")
-        for scheduler in (SchedulerType.REDUCE_ON_PLATEAU, SchedulerType.GREEDY):
-            if self.lr_scheduler_type == scheduler and self.eval_strategy == IntervalStrategy.NO:
-                raise ValueError(f"lr_scheduler_type {scheduler.value} requires an eval strategy")
-        if self.warmup_steps < 0:
-            raise ValueError(f"Got warmup_steps = {self.warmup_steps}, Expected value warmup_steps >= 0")
-        if self.dataloader_num_workers == 0 and self.dataloader_prefetch_factor is not None:
-            raise ValueError(
-                "--dataloader_prefetch_factor can only be set when data is loaded in a different process, i.e."
-                " when --dataloader_num_workers > 0."
-            )
-
-    def _validate_best_model_cadence(self) -> None:
-        # Loading the best model needs a checkpoint at every evaluation that may be the best.
-        if self.eval_strategy != self.save_strategy:
-            raise ValueError(
-                "--load_best_model_at_end requires the save and eval strategy to match, except when "
-                '--save_strategy="best", but found\n'
-                f"- Evaluation strategy: {self.eval_strategy}\n- Save strategy: {self.save_strategy}"
-            )
-        if self.eval_strategy != IntervalStrategy.STEPS or self.save_steps % self.eval_steps == 0:
-            return
-        save, every = self.save_steps, self.eval_steps
-        if save >= 1 and every >= 1:
-            raise ValueError(
-                "--load_best_model_at_end requires the saving steps to be a round multiple of the evaluation "
-                f"steps, but found {save}, which is not a round multiple of {every}."
-            )
-        if not (save < 1 and every < 1):
-            raise ValueError(
-                "--load_best_model_at_end requires the saving steps to be a multiple of the evaluation "
-                "steps, which cannot get guaranteed when mixing ratio and absolute steps for save_steps "
-                f"{save} and eval_steps {every}."
-            )
-        # Two ratios: compare them scaled to integers so 0.4 % 0.2 float noise does not reject them.
-        scale = 1_000_000
-        if (save * scale) % (every * scale) != 0:
-            raise ValueError(
-                "--load_best_model_at_end requires the saving steps to be a multiple of the evaluation "
-                f"steps, but found {save}, which is not a multiple of {every}."
-            )
-
-    def _validate_choices(self) -> None:
-        # HF only enforces these through its argument parser; checking here turns a late KeyError
-        # or a silently wrong sampler into an error that names the field.
-        for name in ("log_level", "log_level_replica"):
-            _check_choice(name, getattr(self, name), tuple(_LOG_LEVELS))
-        _check_choice("include_num_input_tokens_seen", self.include_num_input_tokens_seen, _TOKENS_SEEN_CHOICES)
-        _check_choice("train_sampling_strategy", self.train_sampling_strategy, _TRAIN_SAMPLING_CHOICES)
-
     def _normalize_fsdp(self) -> None:
         """Bring `fsdp` / `fsdp_config` into HF 5.23's normal form (`fsdp=True` + a config dict)."""
         if not self.fsdp:
@@ -775,23 +687,6 @@ class TrainingArguments:
                 # The value now lives in its 5.x field; clearing the alias keeps `to_dict()` and
                 # `dataclasses.replace` from mapping it a second time.
                 setattr(self, name, None)
-
-    def _refuse_unsupported(self) -> None:
-        for name, is_unsupported, reason in _UNSUPPORTED_SETTINGS:
-            value = getattr(self, name)
-            if is_unsupported(value):
-                raise ValueError(f"`{name}={_show(value)}` is not supported by hf_lightning: {reason}")
-        for key, is_unsupported, reason in _UNSUPPORTED_ACCELERATOR_CONFIG:
-            value = self.accelerator_config.get(key, _ACCELERATOR_CONFIG_DEFAULTS.get(key))
-            if is_unsupported(value):
-                raise ValueError(
-                    f"`accelerator_config['{key}']={value!r}` is not supported by hf_lightning: {reason}"
-                )
-        if isinstance(self.fsdp_config, dict) and self.fsdp and self.fsdp_config.get("xla"):
-            raise ValueError(
-                "`fsdp_config['xla']=True` is not supported by hf_lightning: PyTorch/XLA FSDP has no Lightning "
-                "strategy here; remove the xla keys to use FSDP on GPUs."
-            )
 
     # ------------------------------------------------------------------------------------------
     # Serialization
@@ -971,8 +866,8 @@ class TrainingArguments:
         `log_level_replica`; `"passive"` means the current level of the `hf_lightning` logger.
         """
         current = logging.getLogger("hf_lightning").getEffectiveLevel()
-        main = _LOG_LEVELS[self.log_level]
-        replica = _LOG_LEVELS[self.log_level_replica]
+        main = LOG_LEVELS[self.log_level]
+        replica = LOG_LEVELS[self.log_level_replica]
         main = current if main == -1 else main
         replica = current if replica == -1 else replica
         return main if self.should_log else replica
@@ -1177,8 +1072,8 @@ class TrainingArguments:
         self.logging_strategy = _to_enum("logging_strategy", IntervalStrategy, strategy)
         if self.logging_strategy == IntervalStrategy.STEPS and steps == 0:
             raise ValueError("Setting `strategy` as 'steps' requires a positive value for `steps`.")
-        _check_choice("log_level", level, tuple(_LOG_LEVELS))
-        _check_choice("log_level_replica", replica_level, tuple(_LOG_LEVELS))
+        check_choice("log_level", level, tuple(LOG_LEVELS))
+        check_choice("log_level_replica", replica_level, tuple(LOG_LEVELS))
         self.logging_steps = steps
         self.report_to = _normalize_report_to(report_to)
         self.log_level = level
@@ -1203,7 +1098,7 @@ class TrainingArguments:
             ValueError: always; upload `output_dir` yourself (e.g. `huggingface_hub.upload_folder`).
         """
         raise ValueError(
-            f"set_push_to_hub(model_id={model_id!r}) is not supported by hf_lightning: {_NO_HUB}"
+            f"set_push_to_hub(model_id={model_id!r}) is not supported by hf_lightning: {NO_HUB}"
         )
 
     def set_optimizer(
@@ -1307,7 +1202,7 @@ class TrainingArguments:
             ValueError: `auto_find_batch_size=True`, which hf_lightning does not support.
         """
         if auto_find_batch_size:
-            raise ValueError(f"`auto_find_batch_size=True` is not supported by hf_lightning: {_NO_AUTO_BATCH}")
+            raise ValueError(f"`auto_find_batch_size=True` is not supported by hf_lightning: {NO_AUTO_BATCH}")
         self.per_device_train_batch_size = train_batch_size
         self.per_device_eval_batch_size = eval_batch_size
         self.dataloader_drop_last = drop_last
@@ -1335,25 +1230,11 @@ def _to_enum(name: str, enum_cls: type[Enum], value: Any) -> Any:
         raise ValueError(f"{name}: {error}") from None
 
 
-def _show(value: Any) -> str:
-    # Enum members read better in messages as their plain values.
-    if isinstance(value, Enum):
-        return repr(value.value)
-    if isinstance(value, list) and value and all(isinstance(item, Enum) for item in value):
-        return repr([item.value for item in value])
-    return repr(value)
-
-
 def _to_debug_options(value: Any) -> list[DebugOption]:
     if value is None:
         return []
     items = value.split() if isinstance(value, str) else list(value)
     return [_to_enum("debug", DebugOption, item) for item in items]
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
 
 
 def _parse_json_dict(name: str, text: str) -> dict[str, Any]:
@@ -1492,12 +1373,6 @@ def _process_group_ready() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def _bf16_accelerator_available() -> bool:
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return torch.backends.mps.is_available()
-
-
 def _tf32_available() -> bool:
     if not torch.cuda.is_available() or torch.version.cuda is None:
         return False
@@ -1508,14 +1383,6 @@ def _tf32_available() -> bool:
 # transformers 4.x names: each handler maps the value and returns True to keep the alias set
 # ----------------------------------------------------------------------------------------------
 
-_NO_HUB = (
-    "hf_lightning never uploads to the Hugging Face Hub (no hub here). Remove push_to_hub and upload "
-    "output_dir yourself, e.g. with huggingface_hub.upload_folder."
-)
-_NO_AUTO_BATCH = (
-    "hf_lightning does not retry after out-of-memory errors. Set per_device_train_batch_size (and "
-    "gradient_accumulation_steps) to a size that fits."
-)
 
 
 def _warn_renamed(old: str, new: str, note: str = "") -> None:
@@ -1790,80 +1657,3 @@ _LEGACY_HANDLERS: dict[str, Callable[[TrainingArguments, Any], bool]] = {
         "hyperparameter search is not supported; remove ray_scope.",
     ),
 }
-
-
-# ----------------------------------------------------------------------------------------------
-# 5.x settings hf_lightning refuses: (field, is-unsupported test on its value, reason + fix)
-# ----------------------------------------------------------------------------------------------
-
-_UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("push_to_hub", bool, _NO_HUB),
-    (
-        "use_liger_kernel",
-        bool,
-        "Liger kernels are not applied by hf_lightning. Patch the model yourself (liger_kernel.transformers) "
-        "before passing it, and remove use_liger_kernel.",
-    ),
-    ("auto_find_batch_size", bool, _NO_AUTO_BATCH),
-    (
-        "enable_jit_checkpoint",
-        bool,
-        "checkpointing on SIGTERM is not implemented. Use save_strategy='steps' with a small save_steps and resume "
-        "from the last checkpoint; remove enable_jit_checkpoint.",
-    ),
-    (
-        "parallelism_config",
-        lambda value: value is not None,
-        "Accelerate's ParallelismConfig has no Lightning equivalent here. Use fsdp / deepspeed for sharding and "
-        "remove parallelism_config.",
-    ),
-    (
-        "trackio_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_space_id.",
-    ),
-    (
-        "trackio_bucket_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_bucket_id.",
-    ),
-    (
-        "trackio_static_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_static_space_id.",
-    ),
-    (
-        "debug",
-        bool,
-        "the underflow/overflow detector and TPU metrics debugging are not implemented; remove debug.",
-    ),
-    (
-        "skip_memory_metrics",
-        lambda value: not value,
-        "memory metrics are not reported; remove skip_memory_metrics=False.",
-    ),
-)
-
-# Accelerate options (inside `accelerator_config`) that change behaviour hf_lightning does not reproduce.
-_UNSUPPORTED_ACCELERATOR_CONFIG: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    (
-        "split_batches",
-        bool,
-        "the per-device batch size is always per_device_train_batch_size; remove split_batches.",
-    ),
-    (
-        "dispatch_batches",
-        bool,
-        "every process loads its own batches; remove dispatch_batches.",
-    ),
-    (
-        "gradient_accumulation_kwargs",
-        lambda value: bool(value),
-        "use gradient_accumulation_steps; remove gradient_accumulation_kwargs.",
-    ),
-    (
-        "use_configured_state",
-        bool,
-        "there is no Accelerate state to reuse; remove use_configured_state.",
-    ),
-)

@@ -14,6 +14,7 @@ import logging
 import operator
 from typing import Any
 
+from hf_lightning._utils import has_len
 from hf_lightning.flow import epoch_end_flags, step_end_flags
 from hf_lightning.state import ExportableState, TrainerControl, TrainerState
 
@@ -329,13 +330,6 @@ def _format_log_value(value: Any, max_str_len: int | None = None) -> Any:
     return value
 
 
-def _has_length(obj: Any) -> bool:
-    try:
-        return len(obj) is not None
-    except (TypeError, AttributeError):
-        return False
-
-
 class ProgressCallback(TrainerCallback):
     """Shows tqdm bars for training (``max_steps`` long) and evaluation, and prints logs under the training bar.
 
@@ -363,7 +357,7 @@ class ProgressCallback(TrainerCallback):
             self.current_step = state.global_step
 
     def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
-        if state.is_world_process_zero and _has_length(eval_dataloader):
+        if state.is_world_process_zero and has_len(eval_dataloader):
             if self.prediction_bar is None:
                 # Inside training the eval bar disappears when done; a standalone evaluate() leaves it on screen.
                 self.prediction_bar = _tqdm()(

@@ -6,17 +6,21 @@ import contextlib
 import logging
 import sys
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
 
+from hf_lightning.args.validation import check_precision
 from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.loggers import build_loggers
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.strategies import cpu_run, process_layout, resolve_strategy
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 
 def _is_hf_callback(cb: Any) -> bool:
@@ -27,25 +31,21 @@ def _is_hf_callback(cb: Any) -> bool:
     )
 
 
-def resolve_precision(args: Any) -> str:
+def resolve_precision(args: TrainingArguments) -> str:
     """Lightning precision string for HF's ``bf16`` / ``fp16`` flags.
 
     Raises:
         ValueError: fp16 on a machine without CUDA (HF's GradScaler path needs a GPU).
     """
-    if getattr(args, "bf16", False):
+    check_precision(args)
+    if args.bf16:
         return "bf16-mixed"
-    if getattr(args, "fp16", False):
-        if getattr(args, "use_cpu", False) or not torch.cuda.is_available():
-            raise ValueError(
-                "fp16=True needs a CUDA GPU (fp16 mixed precision with a GradScaler); this run is on the CPU. Use "
-                "bf16=True for mixed precision on the CPU, or drop fp16."
-            )
+    if args.fp16:
         return "16-mixed"
     return "32-true"
 
 
-def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: HFFlowCallback | None = None,
+def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = None, *, flow: HFFlowCallback | None = None,
                             **overrides: Any) -> pl.Trainer:
     """A ``lightning.Trainer`` that trains with HF's semantics for ``args``.
 
@@ -69,7 +69,7 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
     if flow is None:
         flow = HFFlowCallback(args, callbacks=hf_callbacks)
         # HF's Trainer seeds at construction, after the model exists; the Lightning-native path does it here.
-        if getattr(args, "full_determinism", False):
+        if args.full_determinism:
             enable_full_determinism(args.seed)
         else:
             set_seed(args.seed)
@@ -78,7 +78,7 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
         for cb in hf_callbacks:
             flow.add_callback(cb)
     precision = resolve_precision(args)
-    if getattr(args, "tf32", None) is not None and torch.cuda.is_available():
+    if args.tf32 is not None and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
         torch.backends.cudnn.allow_tf32 = bool(args.tf32)
     devices, num_nodes = process_layout()
@@ -101,10 +101,10 @@ def build_lightning_trainer(args: Any, callbacks: list | None = None, *, flow: H
         num_sanity_val_steps=0,
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=not getattr(args, "disable_tqdm", False) and not flow.uses_hf_progress,
+        enable_progress_bar=not args.disable_tqdm and not flow.uses_hf_progress,
         logger=build_loggers(args) or False,
         default_root_dir=args.output_dir,
-        deterministic=True if getattr(args, "full_determinism", False) else None,
+        deterministic=True if args.full_determinism else None,
         use_distributed_sampler=False,
         log_every_n_steps=1,
         callbacks=[flow, *pl_callbacks],

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning._utils import enum_value, has_len
+from hf_lightning._utils import has_len
+from hf_lightning.args.validation import check_full_eval_precision, check_trainer_inputs
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
@@ -143,34 +144,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
-        args = self.args
-        if enum_value(args.eval_strategy) != "no" and self.eval_dataset is None:
-            raise ValueError(
-                f"You have set `args.eval_strategy` to {args.eval_strategy} but you didn't pass an `eval_dataset` to "
-                "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
-            )
-        if (enum_value(args.save_strategy) == "best" or args.load_best_model_at_end) and \
-                args.metric_for_best_model is None:
-            raise ValueError(
-                "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
-                "`args.load_best_model_at_end` is set to `True`."
-            )
-        if getattr(args, "batch_eval_metrics", False) and self.compute_metrics is not None:
-            if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
-                raise ValueError(
-                    "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result`"
-                    " boolean argument which will be triggered after the last batch of the eval set to signal that"
-                    " the summary statistics should be returned by the function."
-                )
-        if self.train_dataset is not None and not has_len(self.train_dataset) and args.max_steps <= 0:
-            raise ValueError(
-                "The train_dataset does not implement __len__, max_steps has to be specified. The number of steps "
-                "needs to be known in advance for the learning rate scheduler."
-            )
-        if self.train_dataset is not None and isinstance(self.train_dataset, torch.utils.data.IterableDataset) \
-                and enum_value(getattr(args, "train_sampling_strategy", "random")) == "group_by_length":
-            raise ValueError("the `group_by_length` sampling strategy needs a dataset with a length; this "
-                             "train_dataset is an IterableDataset.")
+        check_trainer_inputs(self.args, train_dataset=self.train_dataset, eval_dataset=self.eval_dataset,
+                             compute_metrics=self.compute_metrics)
 
     # ------------------------------------------------------------------ state / callbacks
     @property
@@ -358,7 +333,7 @@ class Trainer:
     def _run_eval_loop(self, dataloader: Any, dataset: Any, ignore_keys: list[str] | None, prefix: str,
                        predict: bool):
         """HF's ``evaluation_loop`` outside training, on Lightning's test loop: ``(predictions, labels, metrics)``."""
-        self._check_full_eval_precision()
+        check_full_eval_precision(self.args)
         module = self.lightning_module
         wants_outputs = predict or self.compute_metrics is not None or self.metrics is not None
         module.eval_request = EvalRequest(
@@ -405,16 +380,6 @@ class Trainer:
     #: HF's Trainer weighs each eval batch loss by the batch's samples; HF's Seq2SeqTrainer gathers without dropping
     #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True).
     eval_loss_full_batch_weight: bool = False
-
-    def _check_full_eval_precision(self) -> None:
-        if getattr(self.args, "fp16_full_eval", False) and (
-            getattr(self.args, "use_cpu", False) or not torch.cuda.is_available()
-        ):
-            raise ValueError(
-                "fp16_full_eval=True casts the model to float16, which needs a CUDA GPU; this run is on the CPU. "
-                "Use bf16_full_eval=True (with use_cpu=True) for a half-precision evaluation on the CPU, or drop "
-                "fp16_full_eval."
-            )
 
     # ------------------------------------------------------------------ hyperparameter search
     def hyperparameter_search(self, hp_space: Callable | None = None, compute_objective: Callable | None = None,

@@ -19,9 +19,12 @@ import functools
 import json
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 
 def process_layout() -> tuple[int, int]:
@@ -42,16 +45,16 @@ def process_layout() -> tuple[int, int]:
     return local, world // local
 
 
-def _ddp(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _ddp(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
     from lightning.pytorch.strategies import DDPStrategy
 
     kwargs: dict[str, Any] = {
-        "process_group_backend": getattr(args, "ddp_backend", None) or ("gloo" if on_cpu else "nccl"),
-        "timeout": timedelta(seconds=int(getattr(args, "ddp_timeout", 1800))),
+        "process_group_backend": args.ddp_backend or ("gloo" if on_cpu else "nccl"),
+        "timeout": timedelta(seconds=int(args.ddp_timeout)),
         # HF finds unused parameters unless told otherwise or activation checkpointing is on.
         "find_unused_parameters": bool(args.ddp_find_unused_parameters)
-        if getattr(args, "ddp_find_unused_parameters", None) is not None
-        else not getattr(args, "activation_checkpointing", False),
+        if args.ddp_find_unused_parameters is not None
+        else not args.activation_checkpointing,
     }
     for name, key in (("ddp_bucket_cap_mb", "bucket_cap_mb"), ("ddp_broadcast_buffers", "broadcast_buffers"),
                       ("ddp_static_graph", "static_graph")):
@@ -68,15 +71,15 @@ def _name_policy(names: tuple[str, ...]):
     return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: type(module).__name__ in names)
 
 
-def _fsdp(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _fsdp(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
     if on_cpu:
         raise ValueError(
             "fsdp needs CUDA GPUs (Lightning's FSDPStrategy); this run is on the CPU. Drop `fsdp` or run on GPUs."
         )
     from lightning.pytorch.strategies import FSDPStrategy
 
-    config = dict(getattr(args, "fsdp_config", None) or {})
-    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=int(getattr(args, "ddp_timeout", 1800)))}
+    config = dict(args.fsdp_config or {})
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=int(args.ddp_timeout))}
     reshard = config.get("reshard_after_forward", True)
     if isinstance(reshard, str):
         kwargs["sharding_strategy"] = reshard.upper()
@@ -106,7 +109,7 @@ def _fsdp(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
     return FSDPStrategy, kwargs
 
 
-def _deepspeed(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _deepspeed(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
     config = args.deepspeed
     if isinstance(config, (str, os.PathLike)):
         if not os.path.isfile(config):
@@ -129,18 +132,18 @@ def _deepspeed(args: Any, on_cpu: bool) -> tuple[type, dict[str, Any]]:
 STRATEGY_REGISTRY = {"ddp": _ddp, "fsdp": _fsdp, "deepspeed": _deepspeed}
 
 
-def strategy_name(args: Any, world_size: int) -> str | None:
+def strategy_name(args: TrainingArguments, world_size: int) -> str | None:
     """Which registry entry ``args`` selects (``None``: Lightning's default for one process)."""
-    if getattr(args, "deepspeed", None):
+    if args.deepspeed:
         return "deepspeed"
-    if getattr(args, "fsdp", None):
+    if args.fsdp:
         return "fsdp"
     if world_size > 1:
         return "ddp"
     return None
 
 
-def resolve_strategy(args: Any, world_size: int, on_cpu: bool) -> tuple[type, dict[str, Any]] | None:
+def resolve_strategy(args: TrainingArguments, world_size: int, on_cpu: bool) -> tuple[type, dict[str, Any]] | None:
     """``(strategy class, kwargs)`` for ``args`` on ``world_size`` processes, or ``None`` for one plain process.
 
     Raises:
@@ -152,5 +155,5 @@ def resolve_strategy(args: Any, world_size: int, on_cpu: bool) -> tuple[type, di
     return STRATEGY_REGISTRY[name](args, on_cpu)
 
 
-def cpu_run(args: Any) -> bool:
-    return bool(getattr(args, "use_cpu", False)) or not torch.cuda.is_available()
+def cpu_run(args: TrainingArguments) -> bool:
+    return bool(args.use_cpu) or not torch.cuda.is_available()
