@@ -204,7 +204,7 @@ def _load_sharded(model: torch.nn.Module, checkpoint_dir: str, index_name: str, 
 
 
 
-class PlainModelState:
+class PlainModelState(ModelState):
     """The model's state as HF's Trainer saves and loads an unsharded model (the default :class:`ModelState`).
 
     Writing, as HF's ``Trainer._save``: a model with ``save_pretrained`` (a ``PreTrainedModel``, possibly wrapped

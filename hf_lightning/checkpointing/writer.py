@@ -200,6 +200,9 @@ def save_model_files(
         save_training_args(args, output_dir)
 
 
+# ---- the files of a checkpoint folder --------------------------------------------------------------------------
+
+
 def _require(value: Any, name: str) -> None:
     if value is None:
         raise ValueError(
