@@ -17,3 +17,8 @@ def has_len(obj: Any) -> bool:
     except (TypeError, AttributeError):
         return False
     return True
+
+
+def unwrap_model(model: Any) -> Any:
+    """The model inside a wrapper that keeps it under ``.module`` (DDP, DataParallel, ours), or ``model`` itself."""
+    return getattr(model, "module", model)

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from hf_lightning.args import TrainingArguments
 from hf_lightning.args.parser import HfArgumentParser
-from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
+from hf_lightning.checkpointing.layout import checkpoint_step
 from hf_lightning.trainer import Trainer
 
 __all__ = [
@@ -177,12 +177,8 @@ def build_datasets(seed: int) -> tuple[PatternDataset, PatternDataset]:
 
 
 def _checkpoints(output_dir: str) -> list[str]:
-    names = [
-        name
-        for name in os.listdir(output_dir)
-        if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and name.split("-")[-1].isdigit()
-    ]
-    return sorted(names, key=lambda name: int(name.split("-")[-1]))
+    names = [name for name in os.listdir(output_dir) if checkpoint_step(name) is not None]
+    return sorted(names, key=checkpoint_step)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

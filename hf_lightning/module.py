@@ -225,7 +225,7 @@ class HFLightningModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # An HF checkpoint-N folder (through HFCheckpointIO): load the weights as HF does (strict=False, tied
         # weights not stored twice), then hand Lightning our own state dict so its strict load is a no-op.
-        from hf_lightning.checkpointing.format import load_model_weights
+        from hf_lightning.checkpointing.reader import load_model_weights
         from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY
 
         path = checkpoint.get(HF_CHECKPOINT_KEY)

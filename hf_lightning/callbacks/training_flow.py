@@ -41,15 +41,10 @@ from hf_lightning.callbacks.hf_api import (
     TrainerCallback,
 )
 from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
-from hf_lightning.checkpointing.format import (
-    load_model_weights,
-    load_optimizer_and_scheduler,
-    load_scaler,
-    prepare_model_saving,
-    verify_checkpoint_files,
-)
-from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpoint, HFCheckpointIO
-from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, checkpoint_folder_name
+from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY, HFCheckpointIO
+from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME, checkpoint_folder_name
+from hf_lightning.checkpointing.model_state import prepare_model_saving
+from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.checkpointing.rotation import (
     clean_stale_temporary_folders,
@@ -57,6 +52,8 @@ from hf_lightning.checkpointing.rotation import (
     foreign_checkpoints,
     rotate_checkpoints,
 )
+from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
+from hf_lightning.checkpointing.writer import CheckpointContents
 from hf_lightning.evaluation import EvalRequest
 from hf_lightning.optim import is_metric_driven
 from hf_lightning.state import TrainerControl, TrainerState, is_exportable_state
@@ -612,8 +609,8 @@ class HFFlowCallback(pl.Callback):
         folder = str(Path(run_dir) / checkpoint_folder_name(state.global_step))
         # One process: the fsync, then the rotation, run on a background thread (checkpointing/durability.py).
         in_background = trainer.world_size == 1
-        payload = HFCheckpoint(
-            state.global_step,
+        payload = CheckpointContents(
+            global_step=state.global_step,
             model=pl_module.model,
             optimizer=trainer.optimizers[0] if trainer.optimizers else None,
             scheduler=scheduler,

@@ -1,6 +1,6 @@
-"""Flushing published checkpoints to disk off the training thread.
+"""Getting checkpoint folders onto the disk: the ``fsync`` helpers, and flushing off the training thread.
 
-When :func:`~hf_lightning.checkpointing.format.write_checkpoint` returns, ``checkpoint-N`` is complete and got its
+When :func:`~hf_lightning.checkpointing.writer.write_checkpoint` returns, ``checkpoint-N`` is complete and got its
 name by one atomic rename: a process that is killed at any moment leaves either the previous state or the whole
 new folder, because the kernel keeps the written pages whatever happens to the process. Surviving a power cut or a
 kernel crash as well needs the data on the disk (``fsync``), and that costs as much again as writing the files.
@@ -25,15 +25,43 @@ import atexit
 import logging
 import os
 import queue
+import shutil
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from hf_lightning.checkpointing.errors import CheckpointFlushError
+
 logger = logging.getLogger(__name__)
 
 
-class CheckpointFlushError(RuntimeError):
-    """A background checkpoint job (flush or rotation) failed; ``description`` says which."""
+def fsync_path(path: str, directory: bool = False) -> None:
+    """Flush one file (or, with ``directory``, one folder's entries) to disk; platforms that cannot are skipped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        # Some platforms (Windows) cannot open directories; the rename is still atomic there.
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str) -> None:
+    """Flush every file and folder under ``root`` so a rename never publishes data still in page cache."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fsync_path(os.path.join(folder, name))
+        fsync_path(folder, directory=True)
+
+
+def _flush_published(final: str) -> None:
+    """Flush a renamed checkpoint folder: its files, itself and the parent's entry for it."""
+    fsync_tree(final)
+    fsync_path(os.path.dirname(final), directory=True)
 
 
 class _BackgroundJobs:
@@ -109,8 +137,20 @@ def wait_for_flushes(raise_failures: bool = False) -> None:
     _JOBS.wait(raise_failures=raise_failures)
 
 
+def flush_in_background(final: str, then_remove: str | None = None) -> None:
+    """Queue the flush of a just-published checkpoint folder, and behind it the removal of the one it replaced.
+
+    Args:
+        final: The renamed ``checkpoint-N`` folder.
+        then_remove: The folder ``final`` replaced; deleted only once the new data is on disk.
+    """
+    run_in_background(f"flushing {final} to disk", _flush_published, final)
+    if then_remove is not None:
+        run_in_background(f"removing {then_remove}", shutil.rmtree, then_remove, ignore_errors=True)
+
+
 # Daemon threads are stopped at exit without running their queue: finish it first (a process that is killed skips
 # this, and the atomic rename already kept its checkpoints consistent).
 atexit.register(wait_for_flushes)
 
-__all__ = ["CheckpointFlushError", "run_in_background", "wait_for_flushes"]
+__all__ = ["flush_in_background", "fsync_path", "fsync_tree", "run_in_background", "wait_for_flushes"]

@@ -1,4 +1,4 @@
-"""Lightning's checkpoint entry points reading HF ``checkpoint-N`` folders.
+"""Lightning's ``CheckpointIO`` for HF ``checkpoint-N`` folders: the entry point both trainers save and load through.
 
 ``HFCheckpointIO`` lets ``lightning.Trainer.fit(..., ckpt_path=<checkpoint folder>)`` resume from a folder that
 HF's Trainer or hf_lightning wrote. Lightning asks the strategy's ``CheckpointIO`` for a checkpoint dict; for an
@@ -15,16 +15,10 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from hf_lightning.checkpointing.format import has_model_weights, write_checkpoint
-from hf_lightning.checkpointing.paths import TRAINER_STATE_NAME, get_last_checkpoint
-
-class HFCheckpoint:
-    """What one ``checkpoint-N`` folder is written from (the keyword arguments of ``write_checkpoint``)."""
-
-    def __init__(self, global_step: int, **contents: Any) -> None:
-        self.global_step = global_step
-        self.contents = contents
-
+from hf_lightning.checkpointing.completeness import has_model_weights
+from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.paths import get_last_checkpoint
+from hf_lightning.checkpointing.writer import CheckpointContents, write_checkpoint
 
 #: Key of the marker dict that carries the HF checkpoint folder through Lightning's restore.
 HF_CHECKPOINT_KEY = "hf_checkpoint_dir"
@@ -61,15 +55,16 @@ def resolve_resume_checkpoint(resume_from_checkpoint: Any, output_dir: str) -> s
 class HFCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` that also reads and writes HF ``checkpoint-N`` folders.
 
-    Writing: the flow callback hands :meth:`save_checkpoint` an :class:`HFCheckpoint` payload and the folder is
-    written by :func:`~hf_lightning.checkpointing.format.write_checkpoint` (crash-safe, HF's file set). Subclass
+    Writing: the flow callback hands :meth:`save_checkpoint` a
+    :class:`~hf_lightning.checkpointing.writer.CheckpointContents` and the folder is written by
+    :func:`~hf_lightning.checkpointing.writer.write_checkpoint` (crash-safe, HF's file set). Subclass
     and override :meth:`save_checkpoint` / :meth:`load_checkpoint` to send checkpoints elsewhere; pass your
     instance as ``build_lightning_trainer(args, plugins=[...])``. Lightning ``.ckpt`` dicts are handled as usual.
     """
 
     def save_checkpoint(self, checkpoint: Any, path: Any, storage_options: Any = None) -> None:
-        if isinstance(checkpoint, HFCheckpoint):
-            write_checkpoint(path, checkpoint.global_step, **checkpoint.contents)
+        if isinstance(checkpoint, CheckpointContents):
+            write_checkpoint(path, checkpoint)
             return
         super().save_checkpoint(checkpoint, path, storage_options=storage_options)
 

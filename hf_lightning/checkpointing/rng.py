@@ -5,9 +5,9 @@ The file holds the same dict HF's Trainer writes: ``python`` (``random.getstate(
 (``cuda``, ``npu``, ``hpu``, ``mlu``, ``musa``). Files written by HF load here and the other way round.
 
 Loading never unpickles arbitrary objects: the file is read with ``torch.load(weights_only=True)``, widened by
-exactly the NumPy globals a ``np.random.get_state()`` tuple needs (the array rebuild function, ``ndarray``,
-``dtype`` and the ``uint32`` dtype class), under both their NumPy 1.x and 2.x import paths so files written
-with either NumPy load with the other.
+exactly the NumPy globals a ``np.random.get_state()`` tuple needs
+(:func:`~hf_lightning.checkpointing.safe_load.rng_safe_globals`), so files written with NumPy 1.x or 2.x load with
+either.
 """
 
 from __future__ import annotations
@@ -20,25 +20,16 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["capture_rng_state", "rng_file_name", "restore_rng_state", "apply_rng_state", "rng_safe_globals"]
+from hf_lightning.checkpointing.errors import CheckpointLoadError
+from hf_lightning.checkpointing.layout import rng_file_name
+from hf_lightning.checkpointing.safe_load import rng_safe_globals, safe_torch_load
+
+__all__ = ["apply_rng_state", "capture_rng_state", "restore_rng_state"]
 
 logger = logging.getLogger(__name__)
 
 # Accelerators besides CUDA whose generators HF also stores, under these keys.
 _EXTRA_DEVICE_KEYS = ("npu", "hpu", "mlu", "musa")
-
-
-def rng_file_name(process_index: int = 0, world_size: int = 1) -> str:
-    """Return the RNG file name HF uses for one process.
-
-    Args:
-        process_index: Global rank of the process.
-        world_size: Number of processes in the run.
-
-    Returns:
-        ``"rng_state.pth"`` when ``world_size <= 1``, else ``"rng_state_{process_index}.pth"``.
-    """
-    return "rng_state.pth" if world_size <= 1 else f"rng_state_{process_index}.pth"
 
 
 def _device_modules() -> dict[str, Any]:
@@ -113,22 +104,6 @@ def apply_rng_state(states: dict[str, Any]) -> None:
             )
 
 
-def rng_safe_globals() -> list[Any]:
-    """Return the NumPy globals ``torch.load(weights_only=True)`` must accept to read an RNG file.
-
-    Returns:
-        A list for ``torch.serialization.safe_globals``: NumPy's array rebuild function under its NumPy 1.x and
-        2.x names, ``np.ndarray``, ``np.dtype`` and the ``uint32`` dtype class (MT19937 keys are uint32).
-    """
-    core = getattr(np, "_core", None) or np.core
-    reconstruct = core.multiarray._reconstruct
-    allowed: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-    # The pickle names the function by the path of the NumPy that wrote it; accept both spellings.
-    for path in ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct"):
-        allowed.append((reconstruct, path))
-    return allowed
-
-
 def restore_rng_state(checkpoint_dir: str | os.PathLike, process_index: int = 0, world_size: int = 1) -> bool:
     """Restore the generators from a checkpoint's RNG file, as HF does on resume.
 
@@ -145,9 +120,6 @@ def restore_rng_state(checkpoint_dir: str | os.PathLike, process_index: int = 0,
     Raises:
         CheckpointLoadError: The file exists but is truncated, corrupt or holds objects other than RNG states.
     """
-    # Imported here because format.py imports this module to write RNG files.
-    from hf_lightning.checkpointing.format import CheckpointLoadError, safe_torch_load
-
     path = os.path.join(checkpoint_dir, rng_file_name(process_index, world_size))
     if not os.path.isfile(path):
         logger.info(

@@ -9,25 +9,25 @@ folders are deleted until ``max(save_total_limit, number of protected)`` remain.
 best checkpoint that is not the newest keeps two folders during training; :func:`final_cleanup_for_limit_one`
 applies HF's end-of-training rule that then keeps only the best.
 
-Differences from HF on purpose: only complete folders named exactly ``checkpoint-<digits>`` take part (HF globs
-``checkpoint-*``, so ``checkpoint-5-old`` or a folder a crash left half written would count, and could be the
-"newest" that gets protected); a folder is first renamed to a hidden temporary name and then deleted, so a crash
-during deletion never leaves a ``checkpoint-N`` folder with some of its files gone; and folders a run did not
-write (:func:`foreign_checkpoints`: an earlier run's, not the lineage being resumed) can be passed as ``keep`` and
-are then neither counted nor deleted.
+Differences from HF on purpose: only complete folders (the rule of :mod:`hf_lightning.checkpointing.completeness`,
+the one resume uses) named exactly ``checkpoint-<digits>`` take part (HF globs ``checkpoint-*``, so
+``checkpoint-5-old`` or a folder a crash left half written would count, and could be the "newest" that gets
+protected; an incomplete folder, a truncated one included, is neither counted nor deleted); a folder is first
+renamed to a hidden temporary name and then deleted, so a crash during deletion never leaves a ``checkpoint-N``
+folder with some of its files gone; and folders a run did not write (:func:`foreign_checkpoints`: an earlier
+run's, not the lineage being resumed) can be passed as ``keep`` and are then neither counted nor deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from hf_lightning.checkpointing.format import TEMPORARY_CHECKPOINT_PREFIX, is_complete_checkpoint
-from hf_lightning.checkpointing.paths import PREFIX_CHECKPOINT_DIR
+from hf_lightning.checkpointing.completeness import is_complete_checkpoint
+from hf_lightning.checkpointing.layout import TEMPORARY_CHECKPOINT_PREFIX, checkpoint_step
 
 __all__ = [
     "clean_stale_temporary_folders",
@@ -39,7 +39,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 # HF falls back to step order when all mtimes lie within this many seconds.
 _MTIME_RESOLUTION_SECONDS = 1.0
 _warned_about_mtime = False
@@ -51,11 +50,11 @@ def _checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, str]]:
         return []
     found = []
     for name in os.listdir(output_dir):
-        match = _CHECKPOINT_NAME.match(name)
+        step = checkpoint_step(name)
         # `str(Path(...) / name)` normalises the folder the way HF's `Path.glob` does, so paths compare equal.
         path = str(Path(output_dir) / name)
-        if match and os.path.isdir(path) and is_complete_checkpoint(path):
-            found.append((int(match.group(1)), path))
+        if step is not None and os.path.isdir(path) and is_complete_checkpoint(path):
+            found.append((step, path))
     return found
 
 
@@ -100,7 +99,7 @@ def sort_checkpoints(
 def _delete_checkpoint(path: str) -> None:
     """Delete a checkpoint folder so that no crash can leave it half deleted under its own name."""
     parent, name = os.path.split(path)
-    step = name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+    step = checkpoint_step(name)
     doomed = os.path.join(parent, f"{TEMPORARY_CHECKPOINT_PREFIX}{step}-{os.getpid()}.deleting")
     try:
         os.replace(path, doomed)
@@ -219,9 +218,9 @@ def foreign_checkpoints(output_dir: str | os.PathLike, resume_from: str | os.Pat
     lineage_step = -1
     if resume_from is not None and os.path.isdir(resume_from):
         parent, name = os.path.split(os.path.normpath(os.fspath(resume_from)))
-        match = _CHECKPOINT_NAME.match(name)
-        if match and os.path.isdir(output_dir) and os.path.samefile(parent or ".", output_dir):
-            lineage_step = int(match.group(1))
+        step = checkpoint_step(name)
+        if step is not None and os.path.isdir(output_dir) and os.path.samefile(parent or ".", output_dir):
+            lineage_step = step
     return [path for step, path in found if step > lineage_step]
 
 

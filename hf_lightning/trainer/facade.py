@@ -412,7 +412,7 @@ class Trainer:
     # ------------------------------------------------------------------ saving helpers
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` as HF does."""
-        from hf_lightning.checkpointing.format import save_model_files
+        from hf_lightning.checkpointing.writer import save_model_files
 
         output_dir = output_dir or self.args.output_dir
         if getattr(self.args, "should_save", True):

@@ -24,7 +24,7 @@ CHILD = textwrap.dedent('''
     torch.set_num_threads(1)
     sys.path.insert(0, {root!r})
     import hf_lightning
-    from hf_lightning.checkpointing import format as fmt
+    from hf_lightning.checkpointing import writer as fmt
     from tests.helpers.models import lm_data, tiny_gpt2
 
     out, kill_at, where, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import hf_lightning
-from hf_lightning.checkpointing import format as fmt
+from hf_lightning.checkpointing import writer as fmt
 from hf_lightning.checkpointing import rotation
 from hf_lightning.state import TrainerState
 from tests.helpers.models import DictDataset

@@ -22,8 +22,9 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.checkpointing import format as fmt
-from hf_lightning.checkpointing.format import CheckpointSaveError, verify_checkpoint_files
+from hf_lightning.checkpointing import writer as fmt
+from hf_lightning.checkpointing.errors import CheckpointSaveError
+from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
 from hf_lightning.checkpointing.rotation import final_cleanup_for_limit_one, foreign_checkpoints, rotate_checkpoints
 from tests.helpers.models import RegressionModel, regression_data
 

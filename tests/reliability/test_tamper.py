@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.checkpointing.format import CheckpointLoadError, verify_checkpoint_files
+from hf_lightning.checkpointing.errors import CheckpointLoadError
+from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
 from tests.helpers.models import RegressionModel, regression_data
 from tests.helpers.recorder import EventRecorder
 

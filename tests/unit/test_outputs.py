@@ -9,12 +9,9 @@ import pytest
 import torch
 
 from hf_lightning.checkpointing import paths
-from hf_lightning.checkpointing.paths import (
-    PREFIX_CHECKPOINT_DIR,
-    checkpoint_folder_name,
-    get_last_checkpoint,
-    is_complete_checkpoint,
-)
+from hf_lightning.checkpointing.completeness import is_complete_checkpoint
+from hf_lightning.checkpointing.layout import PREFIX_CHECKPOINT_DIR, checkpoint_folder_name
+from hf_lightning.checkpointing.paths import get_last_checkpoint
 from hf_lightning.outputs import (
     EvalLoopOutput,
     EvalPrediction,
@@ -131,9 +128,14 @@ def test_denumpify_detensorize_keeps_named_tuples():
     assert type(denumpify_detensorize(Point(1, 2))) is Point
 
 
+# The smallest valid safetensors file (no tensors): a checkpoint's weights, for the completeness rule.
+_EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
+
+
 def _make_checkpoint(folder, name, complete=True):
     path = folder / name
     path.mkdir()
+    (path / "model.safetensors").write_bytes(_EMPTY_SAFETENSORS)
     if complete:
         (path / "trainer_state.json").write_text("{}")
     return path
@@ -193,5 +195,6 @@ def test_get_last_checkpoint_skips_a_truncated_trainer_state(tmp_path):
     for step, text in ((3, '{"global_step": 3}'), (5, '{"global_st')):
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
+        (folder / "model.safetensors").write_bytes(_EMPTY_SAFETENSORS)
         (folder / "trainer_state.json").write_text(text)
     assert get_last_checkpoint(str(tmp_path)).endswith("checkpoint-3")

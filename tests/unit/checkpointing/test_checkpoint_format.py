@@ -14,18 +14,13 @@ import torch
 from torch import nn
 
 from hf_lightning.args.training_args import TrainingArguments
-from hf_lightning.checkpointing import format as ckpt_format
-from hf_lightning.checkpointing.format import (
-    CheckpointLoadError,
-    is_complete_checkpoint,
-    load_model_weights,
-    load_optimizer_and_scheduler,
-    load_scaler,
-    load_training_args,
-    save_model_files,
-    write_checkpoint,
-)
+from hf_lightning.checkpointing import safe_load as ckpt_format
+from hf_lightning.checkpointing.completeness import is_complete_checkpoint
+from hf_lightning.checkpointing.errors import CheckpointLoadError
 from hf_lightning.checkpointing.paths import get_last_checkpoint
+from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
+from hf_lightning.checkpointing.safe_load import load_training_args
+from hf_lightning.checkpointing.writer import save_model_files, write_checkpoint
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.state import TrainerState
 
@@ -285,22 +280,6 @@ def test_leftover_of_a_killed_save_is_ignored(tmp_path):
     # Saving that step again works and does not touch another process's temporary folder.
     assert _write(tmp_path, 2) == os.path.join(str(tmp_path), "checkpoint-2")
     assert leftover.is_dir()
-
-
-@pytest.mark.parametrize("files,complete", [
-    ({"trainer_state.json", "model.safetensors"}, True),
-    ({"trainer_state.json", "pytorch_model.bin"}, True),
-    ({"trainer_state.json", "model.safetensors.index.json"}, True),
-    ({"trainer_state.json", "adapter_model.safetensors"}, True),
-    ({"trainer_state.json", "pytorch_model_fsdp.bin"}, True),
-    ({"model.safetensors", "optimizer.pt"}, False),
-    ({"trainer_state.json", "optimizer.pt"}, False),
-    (set(), False),
-])
-def test_is_complete_checkpoint(tmp_path, files, complete):
-    for name in files:
-        (tmp_path / name).write_bytes(b"")
-    assert is_complete_checkpoint(tmp_path) is complete
 
 
 # ---- safe loading ----------------------------------------------------------------------------------------------

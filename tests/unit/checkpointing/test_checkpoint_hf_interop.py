@@ -8,14 +8,11 @@ import pytest
 import safetensors.torch
 import torch
 
-from hf_lightning.checkpointing.format import (
-    TRAINING_ARGS_JSON_NAME,
-    is_complete_checkpoint,
-    load_model_weights,
-    load_optimizer_and_scheduler,
-    load_training_args,
-    write_checkpoint,
-)
+from hf_lightning.checkpointing.completeness import is_complete_checkpoint
+from hf_lightning.checkpointing.layout import TRAINING_ARGS_JSON_NAME
+from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler
+from hf_lightning.checkpointing.safe_load import load_training_args
+from hf_lightning.checkpointing.writer import write_checkpoint
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.state import TrainerState
 

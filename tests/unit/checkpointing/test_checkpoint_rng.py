@@ -10,8 +10,10 @@ import pytest
 import torch
 from ckpt_helpers import hf_trainer, rng_snapshot, scramble_rng
 
-from hf_lightning.checkpointing.format import CheckpointLoadError, safe_torch_load
-from hf_lightning.checkpointing.rng import capture_rng_state, restore_rng_state, rng_file_name, rng_safe_globals
+from hf_lightning.checkpointing.errors import CheckpointLoadError
+from hf_lightning.checkpointing.layout import rng_file_name
+from hf_lightning.checkpointing.rng import capture_rng_state, restore_rng_state
+from hf_lightning.checkpointing.safe_load import rng_safe_globals, safe_torch_load
 
 
 def _draws():

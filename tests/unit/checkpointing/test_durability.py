@@ -7,9 +7,11 @@ import pytest
 
 import hf_lightning
 from hf_lightning.checkpointing import durability
-from hf_lightning.checkpointing import format as ckpt_format
-from hf_lightning.checkpointing.durability import CheckpointFlushError, run_in_background, wait_for_flushes
-from hf_lightning.checkpointing.paths import get_last_checkpoint, incomplete_reason
+from hf_lightning.checkpointing import durability as ckpt_format
+from hf_lightning.checkpointing.completeness import incomplete_reason
+from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
+from hf_lightning.checkpointing.errors import CheckpointFlushError
+from hf_lightning.checkpointing.paths import get_last_checkpoint
 from hf_lightning.checkpointing.rotation import rotate_checkpoints
 from tests.helpers.models import RegressionModel, regression_data
 from tests.unit.checkpointing.test_checkpoint_format import _training_parts, _write

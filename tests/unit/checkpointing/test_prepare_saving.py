@@ -8,7 +8,7 @@ import torch
 from ckpt_helpers import TinyLMData, tiny_gpt2
 
 import hf_lightning
-from hf_lightning.checkpointing.format import prepare_model_saving
+from hf_lightning.checkpointing.model_state import prepare_model_saving
 
 conversion_mapping = pytest.importorskip("transformers.conversion_mapping")
 

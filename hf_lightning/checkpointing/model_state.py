@@ -1,0 +1,308 @@
+"""How a model's state is saved into and loaded from a checkpoint folder: the one part that differs by model kind.
+
+:func:`~hf_lightning.checkpointing.writer.write_checkpoint` (through
+:func:`~hf_lightning.checkpointing.writer.save_model_files`) and
+:func:`~hf_lightning.checkpointing.reader.load_model_weights` never touch a model's tensors themselves: they call a
+:class:`ModelState`, which has four steps, shaped for strategies that need collectives:
+
+* :meth:`~ModelState.prepare` once before training, on the saving processes (a warm-up, writes nothing);
+* :meth:`~ModelState.gather` at every save on **every** process, so a sharded model can run the collective that
+  gathers its state dict (or write each process's shard into the folder, as each process writes its RNG file);
+* :meth:`~ModelState.write` at every save on the saving process only, with what ``gather`` returned;
+* :meth:`~ModelState.load` on every process, reading the folder back into the model.
+
+:class:`PlainModelState` is the one kind today and the default: a model with ``save_pretrained`` saves itself, any
+other module as ``model.safetensors`` (tied weights as separate copies); it loads ``model.safetensors``,
+``pytorch_model.bin`` and sharded indexes of either.
+
+A new kind plugs in without touching the writer, the reader or rotation: implement the four methods, pass an
+instance as ``CheckpointContents(model_state=...)`` when writing and ``load_model_weights(..., model_state=...)``
+when reading, and, if it writes a weight layout :func:`~hf_lightning.checkpointing.completeness.has_model_weights`
+does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` are known). For example:
+
+* PEFT adapters: ``write`` calls the adapter model's ``save_pretrained`` (``adapter_model.safetensors`` and
+  ``adapter_config.json``), ``load`` reads the adapter weights only into the wrapped model;
+* FSDP full state: ``gather`` runs the full-state-dict all-gather (offloaded to CPU, on every process) and returns
+  the dict on the saving process, ``write`` stores it as ``model.safetensors``;
+* FSDP sharded state: ``gather`` writes this process's shard under ``pytorch_model_fsdp_0/`` in the folder it is
+  given, ``write`` writes what only one process writes (the config), ``load`` reads the shards collectively.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, Protocol
+
+import safetensors.torch
+import torch
+
+from hf_lightning._utils import unwrap_model
+from hf_lightning.checkpointing.errors import CheckpointLoadError
+from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+from hf_lightning.checkpointing.layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load
+
+__all__ = ["ModelState", "PlainModelState", "WeightsLoadResult", "prepare_model_saving"]
+
+logger = logging.getLogger(__name__)
+
+
+class WeightsLoadResult(NamedTuple):
+    """Keys that did not match when loading weights (as ``nn.Module.load_state_dict`` reports them)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class ModelState(Protocol):
+    """How one kind of model is saved into and loaded from a checkpoint folder (see the module docstring)."""
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Build ahead of training what the first save would otherwise build (writes nothing).
+
+        Args:
+            model: The model that will be saved, possibly wrapped (DDP) under ``.module``.
+        """
+
+    def gather(self, model: torch.nn.Module, folder: str) -> Any:
+        """Run on every process at every save: collect what :meth:`write` needs.
+
+        Args:
+            model: The model, possibly wrapped under ``.module``.
+            folder: The (temporary) checkpoint folder being written, for a kind whose every process writes a part.
+
+        Returns:
+            Whatever :meth:`write` takes on the saving process.
+        """
+
+    def write(self, gathered: Any, folder: str) -> None:
+        """Run on the saving process only: write the model's files into ``folder`` (it exists).
+
+        Args:
+            gathered: What :meth:`gather` returned on this process.
+            folder: The destination folder.
+        """
+
+    def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
+        """Load the weights stored in ``folder`` into ``model``.
+
+        Args:
+            model: The model, possibly wrapped under ``.module``.
+            folder: A checkpoint folder or a ``save_model`` output folder.
+            strict: Raise when keys do not match, as ``load_state_dict(strict=True)``.
+
+        Returns:
+            The missing and unexpected keys.
+        """
+
+
+# ---- the plain kind: writing -----------------------------------------------------------------------------------
+
+
+def _standalone_tensors(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Make every tensor own its memory, since safetensors refuses tensors that share storage."""
+    owners: dict[tuple[str, int], str] = {}
+    copied: list[str] = []
+    result: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach()
+        if tensor.numel() > 0:
+            key = (str(tensor.device), tensor.untyped_storage().data_ptr())
+            if key in owners:
+                copied.append(f"{name} (shares memory with {owners[key]})")
+                tensor = tensor.clone()
+            else:
+                owners[key] = name
+        result[name] = tensor.contiguous()
+    if copied:
+        logger.info("Saving shared tensors as separate copies in %s: %s", SAFE_WEIGHTS_NAME, ", ".join(copied))
+    return result
+
+
+def _accepts_keyword(function: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# ---- the plain kind: loading -----------------------------------------------------------------------------------
+
+
+def _report_mismatch(model: torch.nn.Module, loaded: Iterable[str], result: WeightsLoadResult, path: str) -> None:
+    # A tied weight (GPT-2's lm_head shares wte) is not stored but is loaded through the tensor it shares.
+    current = model.state_dict()
+    loaded_storage = {current[name].data_ptr() for name in loaded if name in current}
+    missing = [name for name in result.missing_keys if current[name].data_ptr() not in loaded_storage]
+    if missing:
+        logger.warning("Keys missing from the checkpoint at %s (kept as initialised): %s", path, missing)
+    if result.unexpected_keys:
+        logger.warning(
+            "Keys in the checkpoint at %s that the model does not have (ignored): %s", path, result.unexpected_keys
+        )
+
+
+def _refuse_foreign_weights(model: torch.nn.Module, stored: Iterable[str], checkpoint_dir: str) -> None:
+    """Refuse weights of which not a single tensor belongs to ``model`` (HF would warn and train from scratch)."""
+    stored = list(stored)
+    model_keys = list(model.state_dict())
+    if not stored or not model_keys or set(stored) & set(model_keys):
+        return
+    raise ValueError(
+        f"The checkpoint at {checkpoint_dir} holds the weights of another model: none of its {len(stored)} tensors "
+        f"(e.g. {stored[:3]}) is a parameter of {type(model).__name__} (e.g. {model_keys[:3]}), so nothing would be "
+        "loaded. Resume from a checkpoint of this model (check resume_from_checkpoint / ckpt_path), or build the "
+        "model these weights belong to."
+    )
+
+
+def _load_state(model: torch.nn.Module, state_dict: dict, strict: bool, path: str) -> Any:
+    try:
+        return model.load_state_dict(state_dict, strict=strict)
+    except RuntimeError as err:
+        # torch's message names the tensors; say which files they come from.
+        raise RuntimeError(f"Cannot load the weights at {path} into {type(model).__name__}: {err}") from err
+
+
+def _load_sharded(model: torch.nn.Module, checkpoint_dir: str, index_name: str, strict: bool) -> WeightsLoadResult:
+    index_path = os.path.join(checkpoint_dir, index_name)
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointLoadError(index_path, f"it is not a valid shard index ({err})") from err
+    shards = sorted(set(weight_map.values()))
+    for shard in shards:
+        # A shard must sit next to its index; anything else would read files outside the checkpoint.
+        if not isinstance(shard, str) or os.path.basename(shard) != shard:
+            raise CheckpointLoadError(index_path, f"it names the shard {shard!r}, which is not a file in the folder")
+    _refuse_foreign_weights(model, weight_map, checkpoint_dir)
+    model_keys = list(model.state_dict())
+    result = WeightsLoadResult(
+        missing_keys=[key for key in model_keys if key not in weight_map],
+        unexpected_keys=[key for key in weight_map if key not in set(model_keys)],
+    )
+    if strict and (result.missing_keys or result.unexpected_keys):
+        raise RuntimeError(
+            f"The sharded checkpoint at {checkpoint_dir} does not match {type(model).__name__}: missing keys "
+            f"{result.missing_keys}, unexpected keys {result.unexpected_keys}. Pass strict=False to load anyway."
+        )
+    safe = index_name == SAFE_WEIGHTS_INDEX_NAME
+    for shard in shards:
+        shard_path = os.path.join(checkpoint_dir, shard)
+        state_dict = load_safetensors(shard_path) if safe else safe_torch_load(shard_path)
+        _load_state(model, state_dict, False, shard_path)
+        del state_dict
+    return result
+
+
+
+
+class PlainModelState(ModelState):
+    """The model's state as HF's Trainer saves and loads an unsharded model (the default :class:`ModelState`).
+
+    Writing, as HF's ``Trainer._save``: a model with ``save_pretrained`` (a ``PreTrainedModel``, possibly wrapped
+    under ``.module``) saves itself: ``config.json``, ``generation_config.json`` when it has one,
+    ``model.safetensors`` (sharded with an index when large). Any other module gets its ``state_dict`` in
+    ``model.safetensors`` with metadata ``{"format": "pt"}``; tensors sharing memory (tied weights) are stored as
+    separate copies, where HF fails.
+
+    Loading, as HF's ``_load_from_checkpoint`` (on CPU first): ``model.safetensors``, ``pytorch_model.bin`` (read
+    with ``weights_only=True``), then a sharded ``model.safetensors.index.json`` or
+    ``pytorch_model.bin.index.json``. Missing / unexpected keys are logged as warnings (a tied weight that is not
+    stored, such as GPT-2's ``lm_head.weight``, is not reported).
+    """
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Build now what transformers' ``save_pretrained`` builds on its first call in a process.
+
+        transformers 5.x's ``save_pretrained`` looks the model up in its table of checkpoint conversions (renamed
+        and fused weights), and the first lookup in a process compiles that table: ≈ 860 regular expressions,
+        40–50 ms, whatever the model. Done here, before training, the first ``checkpoint-N`` no longer stalls the
+        loop for it (HF's Trainer pays it inside its first save). Nothing is written and what ``save_pretrained``
+        writes is unchanged: the table is transformers' own module-level cache, filled by transformers' own
+        function. Models without ``save_pretrained``, and transformers versions without the table, are left alone.
+
+        Args:
+            model: The model that will be saved, possibly wrapped (DDP) under ``.module``.
+        """
+        unwrapped = unwrap_model(model)
+        config = getattr(unwrapped, "config", None)
+        if not callable(getattr(unwrapped, "save_pretrained", None)) or config is None:
+            return
+        try:
+            from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+        except ImportError:  # transformers 4.x: no conversion table
+            return
+        try:
+            get_checkpoint_conversion_mapping(getattr(config, "model_type", None))
+        except Exception as err:  # a warm-up only: the save itself will report any real problem
+            logger.debug("Could not prepare transformers' checkpoint conversion table: %s", err)
+
+    def gather(self, model: torch.nn.Module, folder: str) -> torch.nn.Module:
+        """Nothing to gather: every tensor is on the saving process already. Returns the unwrapped model."""
+        return unwrap_model(model)
+
+    def write(self, gathered: torch.nn.Module, folder: str) -> None:
+        """Write the model's files into ``folder`` (see the class docstring)."""
+        save_pretrained = getattr(gathered, "save_pretrained", None)
+        if callable(save_pretrained):
+            # transformers 4.x still takes `safe_serialization`; 5.x always writes safetensors and has no such keyword.
+            kwargs = {"safe_serialization": True} if _accepts_keyword(save_pretrained, "safe_serialization") else {}
+            save_pretrained(folder, **kwargs)
+        else:
+            safetensors.torch.save_file(
+                _standalone_tensors(gathered.state_dict()),
+                os.path.join(folder, SAFE_WEIGHTS_NAME),
+                metadata={"format": "pt"},
+            )
+
+    def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
+        """Load ``folder``'s weights into ``model`` (see the class docstring).
+
+        Raises:
+            ValueError: ``Can't find a valid checkpoint at {folder}`` when no weight file exists (HF's message).
+            CheckpointLoadError: A weight file is truncated, corrupt or tampered with.
+            ValueError: Not one stored tensor is a parameter of ``model`` (the weights of another model; HF warns
+                and goes on with the model's initial weights).
+            RuntimeError: ``strict=True`` and the keys do not match, or a tensor's shape differs (names the file).
+        """
+        unwrapped = unwrap_model(model)
+        safe_file = os.path.join(folder, SAFE_WEIGHTS_NAME)
+        pickle_file = os.path.join(folder, WEIGHTS_NAME)
+        if os.path.isfile(safe_file) or os.path.isfile(pickle_file):
+            use_safe = os.path.isfile(safe_file)
+            state_dict = load_safetensors(safe_file) if use_safe else safe_torch_load(pickle_file)
+            if not isinstance(state_dict, dict):
+                raise CheckpointLoadError(pickle_file, "it does not hold a state dict")
+            _refuse_foreign_weights(unwrapped, state_dict, folder)
+            outcome = _load_state(unwrapped, state_dict, strict, safe_file if use_safe else pickle_file)
+            result = WeightsLoadResult(list(outcome.missing_keys), list(outcome.unexpected_keys))
+            loaded = list(state_dict)
+            del state_dict
+        else:
+            for index_name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME):
+                if os.path.isfile(os.path.join(folder, index_name)):
+                    result = _load_sharded(unwrapped, folder, index_name, strict)
+                    loaded = [key for key in unwrapped.state_dict() if key not in result.missing_keys]
+                    break
+            else:
+                raise ValueError(f"Can't find a valid checkpoint at {folder}")
+        _report_mismatch(unwrapped, loaded, result, folder)
+        return result
+
+
+def prepare_model_saving(model: torch.nn.Module, model_state: ModelState | None = None) -> None:
+    """Run ``model_state``'s warm-up before training (see :meth:`PlainModelState.prepare`, the default).
+
+    Args:
+        model: The model that will be saved, possibly wrapped (DDP) under ``.module``.
+        model_state: How the model is saved; the plain kind when None.
+    """
+    (model_state or PlainModelState()).prepare(model)

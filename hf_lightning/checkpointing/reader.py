@@ -1,0 +1,108 @@
+"""Reading a checkpoint folder back: the model's weights (through its model state), optimizer, scheduler and scaler.
+
+Every file is read the safe way (:mod:`hf_lightning.checkpointing.safe_load`); when and where a resume applies
+these is the flow callback's and the module's business, not this module's. The training arguments are read by
+:func:`~hf_lightning.checkpointing.safe_load.load_training_args`, the RNG states by
+:func:`~hf_lightning.checkpointing.rng.restore_rng_state`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+
+from hf_lightning.checkpointing.layout import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
+from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, WeightsLoadResult
+from hf_lightning.checkpointing.safe_load import safe_torch_load
+
+__all__ = ["load_model_weights", "load_optimizer_and_scheduler", "load_scaler"]
+
+logger = logging.getLogger(__name__)
+
+
+def load_model_weights(
+    model: torch.nn.Module,
+    checkpoint_dir: str | os.PathLike,
+    strict: bool = False,
+    *,
+    model_state: ModelState | None = None,
+) -> WeightsLoadResult:
+    """Load a checkpoint's weights into ``model`` (on CPU first), as HF's ``_load_from_checkpoint`` does.
+
+    For the default plain kind (:class:`~hf_lightning.checkpointing.model_state.PlainModelState`) looks for, in
+    order: ``model.safetensors``, ``pytorch_model.bin`` (read with ``weights_only=True``), then a sharded
+    ``model.safetensors.index.json`` or ``pytorch_model.bin.index.json``. Missing / unexpected keys are logged as
+    warnings (a tied weight that is not stored, such as GPT-2's ``lm_head.weight``, is not reported).
+
+    Args:
+        model: The model, possibly wrapped under ``.module``.
+        checkpoint_dir: A checkpoint folder or a ``save_model`` output folder.
+        strict: Raise when keys do not match, as ``load_state_dict(strict=True)``.
+        model_state: How the model's state was saved; the plain kind when None.
+
+    Returns:
+        The missing and unexpected keys.
+
+    Raises:
+        ValueError: ``Can't find a valid checkpoint at {checkpoint_dir}`` when no weight file exists (HF's
+            message).
+        CheckpointLoadError: A weight file is truncated, corrupt or tampered with.
+        ValueError: Not one stored tensor is a parameter of ``model`` (the weights of another model; HF warns and
+            goes on with the model's initial weights).
+        RuntimeError: ``strict=True`` and the keys do not match, or a tensor's shape differs (names the file).
+    """
+    return (model_state or PlainModelState()).load(model, os.fspath(checkpoint_dir), strict)
+
+
+def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir: str | os.PathLike) -> bool:
+    """Restore optimizer and scheduler states from ``optimizer.pt`` and ``scheduler.pt``, as HF does on resume.
+
+    Both files must exist, else neither is loaded (a ``save_only_model`` checkpoint has none). Both are read
+    before either is applied, so a damaged file leaves both objects untouched.
+
+    Args:
+        optimizer: A ``torch.optim.Optimizer`` (state is moved to its parameters' devices on load).
+        scheduler: An LR scheduler with ``load_state_dict``.
+        checkpoint_dir: A checkpoint folder.
+
+    Returns:
+        True when both states were loaded, False when a file is missing.
+
+    Raises:
+        CheckpointLoadError: A file is truncated, corrupt or tampered with.
+    """
+    optimizer_file = os.path.join(checkpoint_dir, OPTIMIZER_NAME)
+    scheduler_file = os.path.join(checkpoint_dir, SCHEDULER_NAME)
+    if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
+        logger.info(
+            "%s lacks %s or %s; optimizer and scheduler start fresh.", checkpoint_dir, OPTIMIZER_NAME, SCHEDULER_NAME
+        )
+        return False
+    optimizer_state = safe_torch_load(optimizer_file)
+    scheduler_state = safe_torch_load(scheduler_file)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    return True
+
+
+def load_scaler(scaler: Any, checkpoint_dir: str | os.PathLike) -> bool:
+    """Restore a gradient scaler from ``scaler.pt`` when the checkpoint has one.
+
+    Args:
+        scaler: A ``torch.amp.GradScaler``.
+        checkpoint_dir: A checkpoint folder.
+
+    Returns:
+        True when loaded, False when there is no ``scaler.pt``.
+
+    Raises:
+        CheckpointLoadError: The file is truncated, corrupt or tampered with.
+    """
+    path = os.path.join(checkpoint_dir, SCALER_NAME)
+    if not os.path.isfile(path):
+        return False
+    scaler.load_state_dict(safe_torch_load(path))
+    return True
