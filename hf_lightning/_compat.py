@@ -67,14 +67,3 @@ def fast_forward(trainer: pl.Trainer, global_step: int, epoch: int) -> None:
     for tracker in (steps.total, steps.current):
         tracker.ready = tracker.completed = global_step
     fit_loop.epoch_loop._batches_that_stepped = global_step
-
-
-def disable_ddp_gradient_sync(trainer: pl.Trainer) -> None:
-    """Keep DDP from all-reducing gradients in backward (the module averages them once per window).
-
-    ``require_backward_grad_sync`` is the flag ``DistributedDataParallel.no_sync()`` toggles; with it off the
-    wrapper's forward never arms the reducer, so no backward triggers communication.
-    """
-    wrapped = getattr(trainer.strategy, "model", None)
-    if wrapped is not None and hasattr(wrapped, "require_backward_grad_sync"):
-        wrapped.require_backward_grad_sync = False
