@@ -265,8 +265,9 @@ class HFLightningModule(pl.LightningModule):
                 total = count if total is None else total + count
         except (TypeError, AttributeError):
             return None
-        if getattr(self.args, "average_tokens_across_devices", True) and self._trainer is not None \
-                and self._trainer.world_size > 1:
+        trainer = _compat.attached_trainer(self)
+        if getattr(self.args, "average_tokens_across_devices", True) and trainer is not None \
+                and trainer.world_size > 1:
             total = self.all_gather(total).sum()
         # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
         return total / 1
@@ -295,7 +296,8 @@ class HFLightningModule(pl.LightningModule):
             and num_items_in_batch is not None
         ):
             # Undo DDP's gradient averaging: the loss is already a global token mean.
-            world = self.trainer.world_size if self._trainer is not None else 1
+            trainer = _compat.attached_trainer(self)
+            world = trainer.world_size if trainer is not None else 1
             if world > 1:
                 loss = loss * world
         return (loss, outputs) if return_outputs else loss
@@ -461,7 +463,7 @@ class HFLightningModule(pl.LightningModule):
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning sets `_current_fx_name` around every hook call (≈ 30 times a step); a plain string needs none of
         # nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
-        if name == "_current_fx_name":
+        if name == _compat.CURRENT_HOOK_NAME_ATTRIBUTE:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_lightning import _compat
 from hf_lightning._utils import enum_value, has_len
 
 __all__ = [
@@ -553,7 +554,7 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     """
     args = module.args
     check_arguments(args)
-    trainer = module._trainer
+    trainer = _compat.attached_trainer(module)
     if enum_value(getattr(args, "save_strategy", "steps")) != "no" and _should_save(args, trainer):
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)
