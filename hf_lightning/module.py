@@ -461,8 +461,8 @@ class HFLightningModule(pl.LightningModule):
         return cache[1]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Lightning sets `_current_fx_name` around every hook call (≈ 30 times a step); a plain string needs none of
-        # nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
+        # Lightning sets the running hook's name on the module around every hook call (≈ 30 times a step); a plain
+        # string needs none of nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
         if name == _compat.CURRENT_HOOK_NAME_ATTRIBUTE:
             object.__setattr__(self, name, value)
         else:
