@@ -6,47 +6,71 @@ callbacks, with Lightning's loop, strategies, precision plugins and loggers unde
 same behaviour from ``build_lightning_trainer(args).fit(HFLightningModule(...), datamodule=HFDataModule(...))``.
 """
 
-from hf_lightning.args import (
-    HfArgumentParser,
-    IntervalStrategy,
-    SaveStrategy,
-    SchedulerType,
-    Seq2SeqTrainingArguments,
-    TrainingArguments,
-)
-from hf_lightning.callbacks.hf_api import (
-    CallbackHandler,
-    DefaultFlowCallback,
-    EarlyStoppingCallback,
-    PrinterCallback,
-    ProgressCallback,
-    TrainerCallback,
-)
-from hf_lightning.checkpointing.paths import get_last_checkpoint
-from hf_lightning.data.collators import (
-    DataCollatorForLanguageModeling,
-    DataCollatorForSeq2Seq,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-    default_data_collator,
-)
-from hf_lightning.data.datamodule import HFDataModule
-from hf_lightning.data.label_smoothing import LabelSmoother
-from hf_lightning.module import HFLightningModule
-from hf_lightning.optim import get_scheduler
-from hf_lightning.seed import enable_full_determinism, set_seed
-from hf_lightning.state import TrainerControl, TrainerState
-from hf_lightning.trainer import (
-    EvalLoopOutput,
-    EvalPrediction,
-    PredictionOutput,
-    Seq2SeqTrainer,
-    TrainOutput,
-    Trainer,
-    build_lightning_trainer,
-)
+from typing import TYPE_CHECKING
+
+from hf_lightning._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from hf_lightning.args.enums import IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.args.parser import HfArgumentParser
+    from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks.hf_api import (
+        CallbackHandler,
+        DefaultFlowCallback,
+        EarlyStoppingCallback,
+        PrinterCallback,
+        ProgressCallback,
+        TrainerCallback,
+    )
+    from hf_lightning.checkpointing.paths import get_last_checkpoint
+    from hf_lightning.data.collators import (
+        DataCollatorForLanguageModeling,
+        DataCollatorForSeq2Seq,
+        DataCollatorForTokenClassification,
+        DataCollatorWithPadding,
+        default_data_collator,
+    )
+    from hf_lightning.data.datamodule import HFDataModule
+    from hf_lightning.data.label_smoothing import LabelSmoother
+    from hf_lightning.module import HFLightningModule
+    from hf_lightning.optim.schedulers import get_scheduler
+    from hf_lightning.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, TrainOutput
+    from hf_lightning.seed import enable_full_determinism, set_seed
+    from hf_lightning.state import TrainerControl, TrainerState
+    from hf_lightning.trainer.build import build_lightning_trainer
+    from hf_lightning.trainer.facade import Trainer
+    from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
 
 __version__ = "0.1.0"
+
+# Each public name is imported from its module on first use, so `import hf_lightning.flow` (or any pure module)
+# loads neither Lightning nor the facade.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "hf_lightning.args.enums": ("IntervalStrategy", "SaveStrategy", "SchedulerType"),
+    "hf_lightning.args.parser": ("HfArgumentParser",),
+    "hf_lightning.args.seq2seq": ("Seq2SeqTrainingArguments",),
+    "hf_lightning.args.training_args": ("TrainingArguments",),
+    "hf_lightning.callbacks.hf_api": (
+        "CallbackHandler", "DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback",
+        "TrainerCallback",
+    ),
+    "hf_lightning.checkpointing.paths": ("get_last_checkpoint",),
+    "hf_lightning.data.collators": (
+        "DataCollatorForLanguageModeling", "DataCollatorForSeq2Seq", "DataCollatorForTokenClassification",
+        "DataCollatorWithPadding", "default_data_collator",
+    ),
+    "hf_lightning.data.datamodule": ("HFDataModule",),
+    "hf_lightning.data.label_smoothing": ("LabelSmoother",),
+    "hf_lightning.module": ("HFLightningModule",),
+    "hf_lightning.optim.schedulers": ("get_scheduler",),
+    "hf_lightning.outputs": ("EvalLoopOutput", "EvalPrediction", "PredictionOutput", "TrainOutput"),
+    "hf_lightning.seed": ("enable_full_determinism", "set_seed"),
+    "hf_lightning.state": ("TrainerControl", "TrainerState"),
+    "hf_lightning.trainer.build": ("build_lightning_trainer",),
+    "hf_lightning.trainer.facade": ("Trainer",),
+    "hf_lightning.trainer.seq2seq": ("Seq2SeqTrainer",),
+})
 
 __all__ = [
     "CallbackHandler",

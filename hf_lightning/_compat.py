@@ -1,12 +1,16 @@
-"""Every access to a Lightning private in one place, so a Lightning upgrade breaks one module.
+"""Every access to a Lightning or torch private in one place, so an upgrade breaks one module.
 
 Each function here has a test in ``tests/unit/test_compat.py`` that exercises it against the installed
-Lightning.
+Lightning and torch. Lightning is imported for type hints only, so pure modules may use the torch helpers.
 """
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    from torch import nn
 
 
 def set_fit_limits(trainer: pl.Trainer, max_steps: int, max_epochs: int) -> None:
@@ -69,12 +73,20 @@ def fast_forward(trainer: pl.Trainer, global_step: int, epoch: int) -> None:
     fit_loop.epoch_loop._batches_that_stepped = global_step
 
 
-def disable_ddp_gradient_sync(trainer: pl.Trainer) -> None:
-    """Keep DDP from all-reducing gradients in backward (the module averages them once per window).
+def attached_trainer(module: Any) -> pl.Trainer | None:
+    """The ``pl.Trainer`` a ``LightningModule`` is attached to, or ``None`` (``module.trainer`` raises instead)."""
+    return getattr(module, "_trainer", None)
 
-    ``require_backward_grad_sync`` is the flag ``DistributedDataParallel.no_sync()`` toggles; with it off the
-    wrapper's forward never arms the reducer, so no backward triggers communication.
+
+#: The attribute Lightning sets on the ``LightningModule`` around every hook call (the running hook's name, a
+#: plain string or None); the module stores it without ``nn.Module.__setattr__``'s bookkeeping.
+CURRENT_HOOK_NAME_ATTRIBUTE = "_current_fx_name"
+
+
+def registered_parameter_names(module: nn.Module) -> list[str]:
+    """The names of ``module``'s own parameters (not its children's), including those registered as ``None``.
+
+    HF's weight-decay grouping lists ``module._parameters``; ``named_parameters(recurse=False)`` would skip the
+    ``None`` entries and change nothing else.
     """
-    wrapped = getattr(trainer.strategy, "model", None)
-    if wrapped is not None and hasattr(wrapped, "require_backward_grad_sync"):
-        wrapped.require_backward_grad_sync = False
+    return list(module._parameters)

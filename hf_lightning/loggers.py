@@ -22,6 +22,7 @@ from typing import Any
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from hf_lightning import _compat
 from hf_lightning._utils import enum_value
 
 
@@ -61,7 +62,7 @@ class HFTensorBoardLogger(TensorBoardLogger):
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         # Lightning calls this right after log_hyperparams at the start of every run; HF writes its text
         # summaries at on_train_begin only, so evaluation runs add nothing.
-        trainer = getattr(model, "_trainer", None)
+        trainer = _compat.attached_trainer(model)
         if trainer is None or enum_value(trainer.state.fn) != "fit":
             return
         args_json = getattr(self._training_args, "to_json_string", None)

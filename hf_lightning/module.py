@@ -13,6 +13,7 @@ through :attr:`event_sink`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.strategies import ParallelStrategy
 from torch import nn
 
 from hf_lightning import _compat
@@ -263,8 +265,9 @@ class HFLightningModule(pl.LightningModule):
                 total = count if total is None else total + count
         except (TypeError, AttributeError):
             return None
-        if getattr(self.args, "average_tokens_across_devices", True) and self._trainer is not None \
-                and self._trainer.world_size > 1:
+        trainer = _compat.attached_trainer(self)
+        if getattr(self.args, "average_tokens_across_devices", True) and trainer is not None \
+                and trainer.world_size > 1:
             total = self.all_gather(total).sum()
         # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
         return total / 1
@@ -293,7 +296,8 @@ class HFLightningModule(pl.LightningModule):
             and num_items_in_batch is not None
         ):
             # Undo DDP's gradient averaging: the loss is already a global token mean.
-            world = self.trainer.world_size if self._trainer is not None else 1
+            trainer = _compat.attached_trainer(self)
+            world = trainer.world_size if trainer is not None else 1
             if world > 1:
                 loss = loss * world
         return (loss, outputs) if return_outputs else loss
@@ -392,13 +396,20 @@ class HFLightningModule(pl.LightningModule):
         hf_step = self.hf_training_step if self._hooks is None else self._hooks.training_step
         if self._stepped_optimizer is not None and not self._defers_gradient_release():
             self._release_stepped_gradients()
+        # DDP all-reduces the gradients in the backward of the window's last micro-batch only (HF's no_sync), so
+        # the step sees each process's window sum averaged once; a carry-over window never syncs: its gradients
+        # ride along with the next window's last backward.
+        strategy = self.trainer.strategy
+        local_backward = strategy.block_backward_sync if isinstance(strategy, ParallelStrategy) \
+            else contextlib.nullcontext
         losses = []
         for i, inputs in enumerate(window):
             if i == 0:
                 self._emit("on_step_begin")
-            losses.append(hf_step(self.model, dict(inputs), n_items))
-            self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
             syncs = i == len(window) - 1 and not carry_over
+            with contextlib.nullcontext() if syncs else local_backward():
+                losses.append(hf_step(self.model, dict(inputs), n_items))
+            self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
             if not syncs:
                 self._emit("on_substep_end")
                 # HF checks the stop flags after every micro-batch: a stop raised mid-window ends the epoch
@@ -408,8 +419,7 @@ class HFLightningModule(pl.LightningModule):
         if carry_over:
             return {"losses": losses, "stepped": False, "micro_batches": len(window)}
         scale_before = _compat.grad_scale(self.trainer)
-        # Clipping, the DDP gradient all-reduce and on_pre_optimizer_step happen inside, in
-        # on_before_optimizer_step.
+        # Clipping and on_pre_optimizer_step happen inside, in on_before_optimizer_step.
         optimizer.step()
         scale_after = _compat.grad_scale(self.trainer)
         step_skipped = scale_before is not None and scale_after < scale_before
@@ -430,15 +440,10 @@ class HFLightningModule(pl.LightningModule):
         # The model may have changed between two fits (a callback, model_init): list its modules again.
         self._clip_parameters = self._train_mode_modules = None
         self._stepped_optimizer = None
-        # One optimizer step spans several backward passes (the window); DDP would all-reduce after the first
-        # one only, so its automatic sync is turned off and the window's gradients are averaged once, below.
-        _compat.disable_ddp_gradient_sync(self.trainer)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Runs inside LightningOptimizer.step after the precision plugin unscaled fp16 grads. HF clips over
         # model.parameters() order (not the optimizer's groups) and logs the pre-clip norm.
-        if self.trainer.world_size > 1:
-            _average_gradients(self.model, self.trainer.world_size)
         max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
             else math.inf
         self.grad_norm = torch.nn.utils.clip_grad_norm_(self._parameters_in_order(), max_norm)
@@ -456,9 +461,9 @@ class HFLightningModule(pl.LightningModule):
         return cache[1]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Lightning sets `_current_fx_name` around every hook call (≈ 30 times a step); a plain string needs none of
-        # nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
-        if name == "_current_fx_name":
+        # Lightning sets the running hook's name on the module around every hook call (≈ 30 times a step); a plain
+        # string needs none of nn.Module.__setattr__'s parameter/buffer/sub-module bookkeeping.
+        if name == _compat.CURRENT_HOOK_NAME_ATTRIBUTE:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
@@ -619,18 +624,3 @@ def _loss_from_outputs(outputs: Any, inputs: Mapping) -> torch.Tensor:
             f"are {','.join(inputs.keys())}."
         )
     return loss
-
-
-
-def _average_gradients(model: nn.Module, world_size: int) -> None:
-    """Average gradients over processes as DDP's default hook does: divide by the world size, then sum."""
-    import torch.distributed as dist
-
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return
-    flat = torch._utils._flatten_dense_tensors(grads)
-    flat.div_(world_size)
-    dist.all_reduce(flat)
-    for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-        grad.copy_(synced)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from hf_lightning import _compat
 from hf_lightning._utils import enum_value, has_len
 from hf_lightning.args.validation import check_trainable, evaluates_during_training
 
@@ -443,7 +444,7 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     """
     args = module.args
     check_trainable(args)
-    trainer = module._trainer
+    trainer = _compat.attached_trainer(module)
     if enum_value(args.save_strategy) != "no" and _should_save(args, trainer):
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)

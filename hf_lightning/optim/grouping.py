@@ -11,6 +11,8 @@ from typing import Any
 
 from torch import nn
 
+from hf_lightning._compat import registered_parameter_names
+
 __all__ = ["NO_DECAY_MODULE_TYPES", "NO_DECAY_NAME_PATTERNS", "build_param_groups", "get_decay_parameter_names"]
 
 #: Module types whose parameters are never decayed (``isinstance`` check, so subclasses count too).
@@ -41,10 +43,10 @@ def _decay_names(module: nn.Module) -> list[str]:
         names.extend(
             f"{child_name}.{sub}" for sub in _decay_names(child) if not _excluded_by_name(f"{child_name}.{sub}")
         )
-    # `_parameters` (not `named_parameters(recurse=False)`) so that names registered as None are listed too,
-    # exactly as HF lists them; such names never reach an optimizer because `named_parameters()` skips them.
+    # Names registered as None are listed too, exactly as HF lists them; such names never reach an optimizer
+    # because `named_parameters()` skips them.
     # The root module's own parameters are filtered by name only: HF never checks the root's type.
-    names.extend(name for name in module._parameters if not _excluded_by_name(name))
+    names.extend(name for name in registered_parameter_names(module) if not _excluded_by_name(name))
     return names
 
 

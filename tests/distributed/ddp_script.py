@@ -1,6 +1,6 @@
 """Run by the DDP tests under torchrun (or plainly for one process).
 
-usage: ddp_script.py <lib: hf|ours> <output_dir> <result.json> <per_device_batch> <max_steps> [resume]
+usage: ddp_script.py <lib: hf|ours> <output_dir> <result.json> <per_device_batch> <max_steps> [resume] [ga=N]
 """
 
 import json
@@ -17,7 +17,8 @@ from tests.helpers.models import lm_data, tiny_gpt2  # noqa: E402
 
 def main():
     lib_name, out, result, batch, max_steps = sys.argv[1:6]
-    resume = len(sys.argv) > 6 and sys.argv[6] == "resume"
+    resume = "resume" in sys.argv[6:]
+    ga = next((int(arg[3:]) for arg in sys.argv[6:] if arg.startswith("ga=")), 1)
     if lib_name == "hf":
         import transformers as lib
     else:
@@ -25,7 +26,7 @@ def main():
     train, evald = lm_data(n_train=48, n_eval=10)
     args = lib.TrainingArguments(
         output_dir=out, per_device_train_batch_size=int(batch), per_device_eval_batch_size=4,
-        gradient_accumulation_steps=1, max_steps=int(max_steps), logging_steps=1, eval_strategy="steps",
+        gradient_accumulation_steps=ga, max_steps=int(max_steps), logging_steps=1, eval_strategy="steps",
         eval_steps=3, save_steps=3, save_total_limit=2, learning_rate=3e-3, report_to="none", use_cpu=True,
         disable_tqdm=True, seed=42,
     )

@@ -15,11 +15,12 @@ SCRIPT = Path(__file__).with_name("ddp_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(lib, out, result, batch, max_steps, nproc, resume=False):
+def _launch(lib, out, result, batch, max_steps, nproc, resume=False, ga=1):
     cmd = [sys.executable]
     if nproc > 1:
         cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    cmd += [str(SCRIPT), lib, str(out), str(result), str(batch), str(max_steps)] + (["resume"] if resume else [])
+    cmd += [str(SCRIPT), lib, str(out), str(result), str(batch), str(max_steps), f"ga={ga}"]
+    cmd += ["resume"] if resume else []
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
@@ -101,3 +102,13 @@ def test_resume_from_a_ddp_checkpoint(ddp, tmp_path, nproc, batch):
     for key, value in _weights(ddp).items():
         torch.testing.assert_close(_weights(resumed)[key], value, rtol=1e-5, atol=1e-6)
     assert_log_history_equal(ddp["log_history"], resumed["log_history"], ordered=False, skip_keys=("train_loss",))
+
+
+def test_gradient_accumulation_syncs_once_per_window_as_hf_ddp(tmp_path):
+    # HF all-reduces in the window's last backward only (no_sync before it); the same sync points give the same
+    # bits, where averaging every micro-batch's gradients separately would differ in the last ULPs.
+    ours = _launch("ours", tmp_path / "ours", tmp_path / "ours.json", batch=2, max_steps=4, nproc=2, ga=3)
+    hf = _launch("hf", tmp_path / "hf", tmp_path / "hf.json", batch=2, max_steps=4, nproc=2, ga=3)
+    assert_log_history_equal(hf["log_history"], ours["log_history"], rtol=0, skip_keys=("eval_loss",))
+    for key, value in _weights(hf).items():
+        assert torch.equal(_weights(ours)[key], value), key

@@ -85,3 +85,31 @@ def test_grad_scale_is_none_without_fp16():
     trainer = _trainer(max_steps=1)
     trainer.fit(_Tiny(), train_dataloaders=_loader())
     assert _compat.grad_scale(trainer) is None
+
+
+def test_attached_trainer_is_none_until_a_trainer_runs_the_module():
+    module = _Tiny()
+    assert _compat.attached_trainer(module) is None
+    trainer = _trainer(max_steps=1)
+    trainer.fit(module, train_dataloaders=_loader())
+    assert _compat.attached_trainer(module) is trainer
+
+
+def test_lightning_sets_the_current_hook_name_attribute_around_hooks():
+    class Recording(_Tiny):
+        def __setattr__(self, name, value):
+            if name == _compat.CURRENT_HOOK_NAME_ATTRIBUTE:
+                object.__setattr__(self, "hooks_seen", [*getattr(self, "hooks_seen", []), value])
+            super().__setattr__(name, value)
+
+    module = Recording()
+    _trainer(max_steps=1).fit(module, train_dataloaders=_loader())
+    assert "training_step" in module.hooks_seen
+    assert all(value is None or isinstance(value, str) for value in module.hooks_seen)
+
+
+def test_registered_parameter_names_include_the_none_entries():
+    layer = torch.nn.Linear(2, 1)
+    layer.register_parameter("extra", None)
+    assert _compat.registered_parameter_names(layer) == ["weight", "bias", "extra"]
+    assert [name for name, _ in layer.named_parameters(recurse=False)] == ["weight", "bias"]
