@@ -42,13 +42,15 @@ from hf_lightning.args.enums import (
     SaveStrategy,
     SchedulerType,
 )
-from hf_lightning.args import validation
 from hf_lightning.args.validation import (
     LOG_LEVELS,
     NO_AUTO_BATCH,
     NO_HUB,
     TRAIN_SAMPLING_CHOICES,
     check_choice,
+    check_choices,
+    check_hf_rules,
+    refuse_unsupported,
 )
 
 __all__ = ["TrainingArguments"]
@@ -541,10 +543,10 @@ class TrainingArguments:
         self._fill_defaults()
         self._convert_enums()
         self._derive_values()
-        validation.check_hf_rules(self)
-        validation.check_choices(self)
+        check_hf_rules(self)
+        check_choices(self)
         self._derive_runtime_settings()
-        validation.refuse_unsupported(self)
+        refuse_unsupported(self)
 
     def _fill_defaults(self) -> None:
         if self.output_dir is None:
