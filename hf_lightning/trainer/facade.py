@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import math
 import os
 import time
 import warnings
@@ -27,12 +26,12 @@ from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
-from hf_lightning.evaluation import EvalRequest, as_metric_collection
+from hf_lightning.evaluation import EvalRequest, as_metric_collection, finish_eval_metrics
 from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
-from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
+from hf_lightning.outputs import PredictionOutput, TrainOutput
 
 
 class Trainer:
@@ -127,7 +126,8 @@ class Trainer:
         hf_callbacks = [cb for cb in callbacks or [] if not _is_lightning_callback(cb)]
         self._pl_callbacks = [cb for cb in callbacks or [] if _is_lightning_callback(cb)]
         self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class, hf_progress=True,
-                                   data_collator=data_collator, hooks=self)
+                                   data_collator=data_collator, hooks=self,
+                                   eval_loss_full_batch_weight=self.eval_loss_full_batch_weight)
         self.callback_handler = self.flow.handler
         self.callback_handler.model = self.model
         self.is_in_train = False
@@ -201,6 +201,9 @@ class Trainer:
             optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
             hooks=self,
             metrics=self.metrics,
+            # The default training_step below goes through hf_training_step; a subclass's override may not.
+            hooks_call_hf_training_step=not _overrides(self, "training_step"),
+            loss_is_scaled_for_ga=self.loss_is_scaled_for_ga,
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
@@ -245,7 +248,7 @@ class Trainer:
         self._module.eval_request = EvalRequest(ignore_keys=ignore_keys_for_eval)
         self._datamodule = self._build_datamodule()
         if _overrides(self, "get_train_dataloader"):
-            self._datamodule._train_loader = self.get_train_dataloader()
+            self._datamodule.set_train_loader(self.get_train_dataloader())
         self.is_in_train = True
         try:
             with quiet_lightning():
@@ -265,9 +268,6 @@ class Trainer:
     def training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
         """HF's per-micro-batch ``training_step`` (loss, scaling, backward); returns the detached loss."""
         return self.lightning_module.hf_training_step(model, inputs, num_items_in_batch)
-
-    # Every backward goes through HFLightningModule.hf_training_step (a subclass's override may not).
-    training_step.calls_hf_training_step = True
 
     def prediction_step(self, model: nn.Module, inputs: dict, prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None):
@@ -335,11 +335,9 @@ class Trainer:
             for name, ds in dataset.items():
                 metrics.update(self.evaluate(ds, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        output = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys, metric_key_prefix,
-                                     predict=False)
-        metrics = output[2]
-        self.log(metrics)
-        self.flow.control = self.callback_handler.on_evaluate(self.args, self.state, self.flow.control, metrics)
+        _, _, metrics = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys,
+                                            metric_key_prefix, predict=False)
+        self.flow.evaluation.report(metrics)
         return metrics
 
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
@@ -352,7 +350,7 @@ class Trainer:
         """
         predictions, label_ids, metrics = self._run_eval_loop(self.get_test_dataloader(test_dataset), test_dataset,
                                                               ignore_keys, metric_key_prefix, predict=True)
-        self.flow.control = self.callback_handler.on_predict(self.args, self.state, self.flow.control, metrics)
+        self.flow.events.fire("on_predict", metrics=metrics)
         return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
 
     def _run_eval_loop(self, dataloader: Any, dataset: Any, ignore_keys: list[str] | None, prefix: str,
@@ -376,10 +374,11 @@ class Trainer:
         with quiet_lightning():
             pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=loggers or False,
                                                  enable_progress_bar=False)
-        if self._pl_trainer is None and getattr(self, "model_preparation_time", None) is None:
+        evaluation = self.flow.evaluation
+        if self._pl_trainer is None and evaluation.model_preparation_time is None:
             # HF times the model's preparation on the first evaluation before training and reports that same value
             # with every evaluation afterwards, during training too.
-            self.model_preparation_time = round(time.time() - prep_start, 4)
+            evaluation.model_preparation_time = round(time.time() - prep_start, 4)
         start = time.time()
         module.eval_dataloader_end = None
         try:
@@ -388,22 +387,14 @@ class Trainer:
             acc = module.eval_accumulators.get(0)
         finally:
             module.eval_accumulators = {}
-        size = len(dataset) if has_len(dataset) else None
-        preparation = getattr(self, "model_preparation_time", None)
-        if acc is None:
-            preds, labels, metrics, num_samples = None, None, {}, size or 0
-            if preparation is not None:
-                metrics[f"{prefix}_model_preparation_time"] = preparation
-        else:
-            preds, labels, metrics, num_samples = acc.finalize(prefix, num_samples=size,
-                                                               model_preparation_time=preparation)
-        total_batch = self.args.eval_batch_size * pl_trainer.world_size
-        metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
-                                     num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
-        return preds, labels, metrics
+        return finish_eval_metrics(acc, prefix, started=start,
+                                   total_batch_size=self.args.eval_batch_size * pl_trainer.world_size,
+                                   num_samples=len(dataset) if has_len(dataset) else None,
+                                   model_preparation_time=evaluation.model_preparation_time)
 
     #: HF's Trainer weighs each eval batch loss by the batch's samples; HF's Seq2SeqTrainer gathers without dropping
-    #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True).
+    #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True; read
+    #: at construction for the evaluations during training).
     eval_loss_full_batch_weight: bool = False
 
     def _check_full_eval_precision(self) -> None:
@@ -494,7 +485,8 @@ class Trainer:
         return int(os.environ.get("LOCAL_RANK", "0")) == 0
 
     # ------------------------------------------------------------------ smaller HF helpers
-    #: HF's override point: None lets the loss decide; True/False forces whether it is already GA-scaled.
+    #: HF's override point: None lets the loss decide; True/False forces whether it is already GA-scaled (read
+    #: when ``train()`` builds the module).
     loss_is_scaled_for_ga: bool | None = None
 
     def call_model_init(self, trial: Any = None) -> nn.Module:
