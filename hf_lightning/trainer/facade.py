@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import os
 import time
 import warnings
@@ -31,6 +30,7 @@ from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
+from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
 from hf_lightning.outputs import PredictionOutput, TrainOutput
 
 
@@ -453,30 +453,13 @@ class Trainer:
 
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
         """Print ``metrics`` in HF's aligned format (world process zero only)."""
-        if not self.is_world_process_zero():
-            return
-        print(f"***** {split} metrics *****")
-        formatted = _format_metrics(metrics)
-        width = max((len(k) for k in formatted), default=0)
-        for key in sorted(formatted):
-            print(f"  {key: <{width}} = {formatted[key]:>9}")
+        if self.is_world_process_zero():
+            print_metrics(split, metrics)
 
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
         """Write ``{split}_results.json`` (and merge into ``all_results.json``) as HF does."""
-        if not self.is_world_process_zero():
-            return
-        path = os.path.join(self.args.output_dir, f"{split}_results.json")
-        with open(path, "w") as f:
-            json.dump(metrics, f, indent=4, sort_keys=True)
-        if combined:
-            all_path = os.path.join(self.args.output_dir, "all_results.json")
-            merged = {}
-            if os.path.exists(all_path):
-                with open(all_path) as f:
-                    merged = json.load(f)
-            merged.update(metrics)
-            with open(all_path, "w") as f:
-                json.dump(merged, f, indent=4, sort_keys=True)
+        if self.is_world_process_zero():
+            write_metrics(self.args.output_dir, split, metrics, combined=combined)
 
     def is_world_process_zero(self) -> bool:
         return int(os.environ.get("RANK", "0")) == 0
@@ -599,7 +582,7 @@ class Trainer:
 
     def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """HF's human-readable metric values (runtime as h:mm:ss, memory in MB, FLOPs in GF)."""
-        return _format_metrics(metrics)
+        return metrics_format(metrics)
 
     def end(self) -> None:
         """Finish the run: destroy the process group Lightning created, if any (HF's ``end``)."""
@@ -621,21 +604,6 @@ class Trainer:
     def create_accelerator_and_postprocess(self) -> None:
         raise ValueError("hf_lightning has no accelerate Accelerator: devices, precision and strategy come from "
                          "build_lightning_trainer(args).")
-
-
-def _format_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    out = dict(metrics)
-    for key, value in out.items():
-        if "_mem_" in key:
-            out[key] = f"{value >> 20}MB"
-        elif "_runtime" in key:
-            seconds = int(value)
-            out[key] = f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{round((value - seconds) * 100):02d}"
-        elif key == "total_flos":
-            out[key] = f"{int(value) >> 30}GF"
-        elif isinstance(value, float):
-            out[key] = round(value, 4)
-    return out
 
 
 def _is_lightning_callback(cb: Any) -> bool:
