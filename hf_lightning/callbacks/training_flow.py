@@ -64,9 +64,8 @@ class HFFlowCallback(pl.Callback):
         eval_loss_full_batch_weight: weigh every evaluation batch loss as a full batch (HF's ``Seq2SeqTrainer``,
             see :class:`~hf_lightning.evaluation.EvalRequest`).
 
-    Example:
-        >>> flow = HFFlowCallback(args, callbacks=[EarlyStoppingCallback(3)])                  # doctest: +SKIP
-        >>> pl.Trainer(callbacks=[flow], ...).fit(HFLightningModule(model, args), datamodule=dm)  # doctest: +SKIP
+    ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); it needs
+    that trainer's settings (Lightning's own validation trigger and checkpointing off).
     """
 
     def __init__(self, args: Any, callbacks: list | None = None, processing_class: Any = None,
