@@ -6,6 +6,7 @@ Lightning and torch. Lightning is imported for type hints only, so pure modules 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -90,3 +91,34 @@ def registered_parameter_names(module: nn.Module) -> list[str]:
     ``None`` entries and change nothing else.
     """
     return list(module._parameters)
+
+
+class _RoutedCheckpointLoad:
+    """``strategy.load_checkpoint`` with the paths ``read`` recognises answered by ``read`` first."""
+
+    def __init__(self, original: Any, read: Callable[[Any], dict | None]) -> None:
+        self.original = original
+        self.read = read
+
+    def __call__(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict:
+        checkpoint = self.read(checkpoint_path)
+        return self.original(checkpoint_path, *args, **kwargs) if checkpoint is None else checkpoint
+
+
+def route_checkpoint_loading(trainer: pl.Trainer, read: Callable[[Any], dict | None]) -> None:
+    """Let ``read`` answer this trainer's reads of ``ckpt_path`` before its strategy does, whatever the strategy.
+
+    ``fit(ckpt_path=...)`` (and ``validate`` / ``test``) read the checkpoint with ``trainer.strategy.load_checkpoint``
+    after the setup hooks. The default strategies ask their ``CheckpointIO``, but FSDP and ``ModelParallelStrategy``
+    override ``load_checkpoint`` and never do, so an HF folder is routed here, on the strategy instance. Called
+    again (a later fit), the route replaces the earlier one.
+
+    Args:
+        trainer: the trainer whose strategy reads the checkpoint.
+        read: ``fn(path)`` returning the checkpoint dict for Lightning's restore, or ``None`` to leave ``path`` to
+            the strategy.
+    """
+    strategy = trainer.strategy
+    current = strategy.load_checkpoint
+    original = current.original if isinstance(current, _RoutedCheckpointLoad) else current
+    strategy.load_checkpoint = _RoutedCheckpointLoad(original, read)

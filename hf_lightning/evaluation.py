@@ -12,6 +12,7 @@ evaluation memory does not grow with the eval set.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torchmetrics import Metric, MetricCollection
 
-from hf_lightning.outputs import EvalPrediction, denumpify_detensorize
+from hf_lightning.outputs import EvalPrediction, denumpify_detensorize, speed_metrics
 
 PAD_INDEX = -100
 
@@ -356,6 +357,45 @@ class EvalAccumulator:
             if not key.startswith(f"{metric_key_prefix}_"):
                 metrics[f"{metric_key_prefix}_{key}"] = metrics.pop(key)
         return all_preds, all_labels, metrics, num_samples
+
+
+def dataset_prefix(metric_key_prefix: str, name: str | None) -> str:
+    """The key prefix of one eval dataset: ``eval`` for a single dataset, ``eval_<name>`` for one of a dict."""
+    return metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
+
+
+def finish_eval_metrics(acc: EvalAccumulator | None, prefix: str, *, started: float, total_batch_size: int,
+                        num_samples: int | None = None,
+                        model_preparation_time: float | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """HF's end of ``evaluation_loop`` for one dataset: predictions, labels and the finished metrics dict.
+
+    Shared by every evaluation: during training, a plain ``lightning.Trainer.validate`` and the facade's
+    ``evaluate()`` / ``predict()``, so their keys come out alike and in HF's order (``{prefix}_loss``,
+    ``{prefix}_model_preparation_time``, the metrics, ``{prefix}_runtime``, ``{prefix}_samples_per_second``,
+    ``{prefix}_steps_per_second``).
+
+    Args:
+        acc: the dataset's accumulator, or ``None`` when no batch was evaluated.
+        prefix: the key prefix (see :func:`dataset_prefix`).
+        started: ``time.time()`` when this dataset's evaluation started.
+        total_batch_size: evaluation samples per step over all processes (for ``steps_per_second``).
+        num_samples: the dataset's length when known (HF counts that, not the samples seen); ``None`` counts the
+            samples evaluated.
+        model_preparation_time: reported once a first evaluation before training measured it (HF's quirk).
+
+    Returns:
+        ``(predictions, label_ids, metrics)``.
+    """
+    if acc is None:
+        preds, labels, metrics, num_samples = None, None, {}, num_samples or 0
+        if model_preparation_time is not None:
+            metrics[f"{prefix}_model_preparation_time"] = model_preparation_time
+    else:
+        preds, labels, metrics, num_samples = acc.finalize(prefix, num_samples=num_samples,
+                                                           model_preparation_time=model_preparation_time)
+    metrics.update(speed_metrics(prefix, started, num_samples=num_samples,
+                                 num_steps=math.ceil(num_samples / total_batch_size) if num_samples else 0))
+    return preds, labels, metrics
 
 
 def find_batch_size(inputs: Any) -> int | None:

@@ -17,7 +17,7 @@ import contextlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -35,6 +35,7 @@ from hf_lightning.evaluation import (
     find_batch_size,
     nested_detach,
 )
+from hf_lightning.hooks import EventSink, TrainerHooks
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler, is_metric_driven
 from hf_lightning.preflight import run_preflight
@@ -43,16 +44,6 @@ from hf_lightning.preflight import run_preflight
 # ``labels[..., 1:]``. A model from config whose ``loss_type`` is None (GPT-2) is counted unshifted — an HF quirk
 # reproduced on purpose.
 _SHIFTING_LOSS_TYPES = frozenset({"ForCausalLM", "ForConditionalGeneration", "CsmForConditionalGeneration"})
-
-
-class EventSink(Protocol):
-    """Receives HF's per-window callback events from the module (the flow callback implements it)."""
-
-    def on_hf_event(self, event: str, **kwargs: Any) -> None: ...
-
-    def stop_requested(self) -> bool:
-        """Whether a callback raised ``should_epoch_stop`` / ``should_training_stop``."""
-        ...
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -86,8 +77,14 @@ class HFLightningModule(pl.LightningModule):
             as ``eval_<name>`` (a single ``Metric`` is named after its class). Without ``compute_metrics`` no
             logits or labels are kept, so evaluation memory stays flat; torchmetrics syncs across processes.
         hooks: the object whose ``compute_loss`` / ``training_step`` / ``prediction_step`` /
-            ``create_optimizer`` / ``create_scheduler`` are called (the HF-style ``Trainer`` facade passes itself so
-            a subclass's overrides are used). Defaults to this module.
+            ``create_optimizer`` / ``create_scheduler`` are called (:class:`~hf_lightning.hooks.TrainerHooks`; the
+            HF-style ``Trainer`` facade passes itself so a subclass's overrides are used). Defaults to this module.
+        hooks_call_hf_training_step: whether ``hooks.training_step`` runs every micro-batch through
+            :meth:`hf_training_step` (the facade's own ``training_step`` does; a subclass's override may not). Only
+            then are the last step's gradients dropped lazily, just before the next backward; otherwise HF's
+            ``zero_grad`` runs right after the optimizer step.
+        loss_is_scaled_for_ga: HF's override point: ``None`` lets the loss decide whether it is already scaled for
+            gradient accumulation (``num_items_in_batch`` / ``compute_loss_func``); ``True`` / ``False`` forces it.
 
     Example:
         >>> trainer = build_lightning_trainer(args)                              # doctest: +SKIP
@@ -104,8 +101,10 @@ class HFLightningModule(pl.LightningModule):
         preprocess_logits_for_metrics: Callable | None = None,
         optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
         optimizer_cls_and_kwargs: tuple[type, dict] | None = None,
-        hooks: Any = None,
+        hooks: TrainerHooks | None = None,
         metrics: Any = None,
+        hooks_call_hf_training_step: bool = False,
+        loss_is_scaled_for_ga: bool | None = None,
     ) -> None:
         super().__init__()
         if model is None:
@@ -121,6 +120,7 @@ class HFLightningModule(pl.LightningModule):
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         # Not stored when it is the module itself: an nn.Module attribute pointing to itself would recurse.
         self._hooks = hooks
+        self.hooks_call_hf_training_step = hooks_call_hf_training_step
         self.automatic_optimization = False
 
         unwrapped = _unwrap(model)
@@ -146,8 +146,7 @@ class HFLightningModule(pl.LightningModule):
         # HF's Trainer sets the model's cache flag from args (default False); leaving it on changes bits.
         if config is not None and hasattr(config, "use_cache"):
             config.use_cache = getattr(args, "use_cache", False)
-        # None: HF decides from model_accepts_loss_kwargs / compute_loss_func; a subclass may force it.
-        self.loss_is_scaled_for_ga: bool | None = None
+        self.loss_is_scaled_for_ga = loss_is_scaled_for_ga
 
         self.plan: TrainingPlan | None = None
         self.event_sink: EventSink | None = None
@@ -172,7 +171,7 @@ class HFLightningModule(pl.LightningModule):
         return getattr(self.event_sink, "state", None)
 
     @property
-    def hooks(self) -> Any:
+    def hooks(self) -> TrainerHooks | HFLightningModule:
         """The object whose HF-named methods (``compute_loss``, ``training_step``, ...) are called."""
         return self if self._hooks is None else self._hooks
 
@@ -223,18 +222,6 @@ class HFLightningModule(pl.LightningModule):
         # Lightning never steps schedulers under manual optimization; returning it keeps `lr_schedulers()`
         # and Lightning's checkpoint state working.
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        # An HF checkpoint-N folder (through HFCheckpointIO): load the weights as HF does (strict=False, tied
-        # weights not stored twice), then hand Lightning our own state dict so its strict load is a no-op.
-        from hf_lightning.checkpointing.reader import load_model_weights
-        from hf_lightning.checkpointing.io import HF_CHECKPOINT_KEY
-
-        path = checkpoint.get(HF_CHECKPOINT_KEY)
-        if path is None:
-            return
-        load_model_weights(self.model, path, strict=False)
-        checkpoint["state_dict"] = self.state_dict()
 
     # HF-named construction hooks (the facade's overrides of these are reached through ``self.hooks``).
     def create_optimizer(self) -> torch.optim.Optimizer:
@@ -319,7 +306,7 @@ class HFLightningModule(pl.LightningModule):
         empty_every = getattr(self.args, "torch_empty_cache_steps", None)
         if empty_every and self.trainer.global_step % empty_every == 0 and torch.cuda.is_available():
             torch.cuda.empty_cache()
-        scaled = getattr(self.hooks, "loss_is_scaled_for_ga", None)
+        scaled = self.loss_is_scaled_for_ga
         if scaled is None:
             scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
                 self.compute_loss_func is not None
@@ -327,11 +314,11 @@ class HFLightningModule(pl.LightningModule):
         if not scaled:
             # HF divides by the window's own length, so a short last window is not under-weighted.
             loss = loss / self.current_window_len
-        self._release_stepped_gradients()
+        self.release_gradients()
         self.manual_backward(loss)
         return loss.detach()
 
-    def _release_stepped_gradients(self) -> None:
+    def release_gradients(self) -> None:
         """Drop the gradients of the last optimizer step (HF's ``zero_grad``) if that has not happened yet.
 
         HF sets the gradients to None right after each optimizer step. Dropping them here instead, after the next
@@ -340,7 +327,8 @@ class HFLightningModule(pl.LightningModule):
         have meanwhile taken (on the CPU the small GPT-2's backward had been 2–4 % slower than plain Lightning's;
         with this it measured the same), and the numbers are identical. Between
         steps (``on_step_end``, logging, evaluation, saving) the parameters therefore still hold the last
-        step's gradients; training ends with them dropped, as in HF.
+        step's gradients; the flow callback calls this before an evaluation and when training ends, as HF has
+        none then.
         """
         optimizer = self._stepped_optimizer
         if optimizer is not None:
@@ -352,9 +340,7 @@ class HFLightningModule(pl.LightningModule):
         gradients first); a user's own ``training_step`` / ``hf_training_step`` gets HF's eager ``zero_grad``."""
         if type(self).hf_training_step is not HFLightningModule.hf_training_step:
             return False
-        if self._hooks is None:
-            return True
-        return bool(getattr(getattr(type(self._hooks), "training_step", None), "calls_hf_training_step", False))
+        return self._hooks is None or self.hooks_call_hf_training_step
 
     def _ensure_train_mode(self, model: nn.Module) -> None:
         """HF's ``model.train()`` before each micro-batch, skipped when it would change nothing.
@@ -395,7 +381,7 @@ class HFLightningModule(pl.LightningModule):
         # Lightning's training_step (this method) and HF's per-micro-batch one share a name.
         hf_step = self.hf_training_step if self._hooks is None else self._hooks.training_step
         if self._stepped_optimizer is not None and not self._defers_gradient_release():
-            self._release_stepped_gradients()
+            self.release_gradients()
         # DDP all-reduces the gradients in the backward of the window's last micro-batch only (HF's no_sync), so
         # the step sees each process's window sum averaged once; a carry-over window never syncs: its gradients
         # ride along with the next window's last backward.
@@ -427,7 +413,7 @@ class HFLightningModule(pl.LightningModule):
         learning_rate = self._current_lr(scheduler, optimizer)
         if scheduler is not None and not is_metric_driven(scheduler) and not step_skipped:
             scheduler.step()
-        # HF's zero_grad, done just before the next backward (see _release_stepped_gradients).
+        # HF's zero_grad, done just before the next backward (see release_gradients).
         self._stepped_optimizer = optimizer
         return {"losses": losses, "stepped": True, "grad_norm": self.grad_norm, "learning_rate": learning_rate,
                 "micro_batches": len(window)}

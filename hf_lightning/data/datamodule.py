@@ -75,8 +75,7 @@ class HFDataModule(pl.LightningDataModule):
         self.label_names: list[str] | None = list(args.label_names) if getattr(args, "label_names", None) else None
         self._train_loader: DataLoader | None = None
         self._signature: list[str] | None = None
-        #: Windows (optimizer steps) of the first epoch to skip when resuming mid-epoch; set by the flow callback.
-        self.resume_windows = 0
+        self._skip_windows = 0
 
     # ------------------------------------------------------------------ model binding / columns
     def bind_model(self, model: torch.nn.Module, label_names: list[str] | None = None) -> None:
@@ -149,6 +148,22 @@ class HFDataModule(pl.LightningDataModule):
         seed = args.data_seed if getattr(args, "data_seed", None) is not None else torch.initial_seed()
         return SeedableRandomSampler(dataset, seed)
 
+    def set_train_loader(self, loader: Any) -> None:
+        """Train on ``loader`` (per-micro-batch batches) instead of the one built from ``train_dataset``.
+
+        The facade passes the loader of a ``get_train_dataloader`` override here; it is cut into windows as the
+        built one would be.
+        """
+        self._train_loader = loader
+
+    def skip_first_windows(self, windows: int) -> None:
+        """Start the next :meth:`train_dataloader` ``windows`` windows (optimizer steps) into its epoch.
+
+        A mid-epoch resume (:class:`~hf_lightning.resume.CheckpointResume`) calls this; only the next epoch's
+        loader skips, by index where it can (see :class:`~hf_lightning.data.windows.WindowedLoader`).
+        """
+        self._skip_windows = windows
+
     def train_loader(self) -> DataLoader:
         """The per-micro-batch train ``DataLoader`` (built once)."""
         if self.train_dataset is None:
@@ -202,7 +217,7 @@ class HFDataModule(pl.LightningDataModule):
         return len(self.train_dataset) if self.train_dataset is not None and has_len(self.train_dataset) else None
 
     def train_dataloader(self) -> WindowedLoader:
-        skip, self.resume_windows = self.resume_windows, 0
+        skip, self._skip_windows = self._skip_windows, 0
         return WindowedLoader(self.train_loader(), int(self.args.gradient_accumulation_steps), skip_windows=skip)
 
     # ------------------------------------------------------------------ eval / test

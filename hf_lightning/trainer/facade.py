@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
-import math
 import os
 import time
 import warnings
@@ -25,15 +23,16 @@ from torch import nn
 from hf_lightning._utils import has_len
 from hf_lightning.args.validation import check_full_eval_precision, check_trainer_inputs
 from hf_lightning.callbacks.training_flow import HFFlowCallback
-from hf_lightning.checkpointing.io import resolve_resume_checkpoint
+from hf_lightning.checkpointing.paths import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
-from hf_lightning.evaluation import EvalRequest, as_metric_collection
+from hf_lightning.evaluation import EvalRequest, as_metric_collection, finish_eval_metrics
 from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
-from hf_lightning.outputs import PredictionOutput, TrainOutput, speed_metrics
+from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
+from hf_lightning.outputs import PredictionOutput, TrainOutput
 
 
 class Trainer:
@@ -128,7 +127,8 @@ class Trainer:
         hf_callbacks = [cb for cb in callbacks or [] if not _is_lightning_callback(cb)]
         self._pl_callbacks = [cb for cb in callbacks or [] if _is_lightning_callback(cb)]
         self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class, hf_progress=True,
-                                   data_collator=data_collator, hooks=self)
+                                   data_collator=data_collator, hooks=self,
+                                   eval_loss_full_batch_weight=self.eval_loss_full_batch_weight)
         self.callback_handler = self.flow.handler
         self.callback_handler.model = self.model
         self.is_in_train = False
@@ -176,6 +176,9 @@ class Trainer:
             optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
             hooks=self,
             metrics=self.metrics,
+            # The default training_step below goes through hf_training_step; a subclass's override may not.
+            hooks_call_hf_training_step=not _overrides(self, "training_step"),
+            loss_is_scaled_for_ga=self.loss_is_scaled_for_ga,
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
@@ -220,7 +223,7 @@ class Trainer:
         self._module.eval_request = EvalRequest(ignore_keys=ignore_keys_for_eval)
         self._datamodule = self._build_datamodule()
         if _overrides(self, "get_train_dataloader"):
-            self._datamodule._train_loader = self.get_train_dataloader()
+            self._datamodule.set_train_loader(self.get_train_dataloader())
         self.is_in_train = True
         try:
             with quiet_lightning():
@@ -240,9 +243,6 @@ class Trainer:
     def training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
         """HF's per-micro-batch ``training_step`` (loss, scaling, backward); returns the detached loss."""
         return self.lightning_module.hf_training_step(model, inputs, num_items_in_batch)
-
-    # Every backward goes through HFLightningModule.hf_training_step (a subclass's override may not).
-    training_step.calls_hf_training_step = True
 
     def prediction_step(self, model: nn.Module, inputs: dict, prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None):
@@ -310,11 +310,9 @@ class Trainer:
             for name, ds in dataset.items():
                 metrics.update(self.evaluate(ds, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        output = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys, metric_key_prefix,
-                                     predict=False)
-        metrics = output[2]
-        self.log(metrics)
-        self.flow.control = self.callback_handler.on_evaluate(self.args, self.state, self.flow.control, metrics)
+        _, _, metrics = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys,
+                                            metric_key_prefix, predict=False)
+        self.flow.evaluation.report(metrics)
         return metrics
 
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
@@ -327,7 +325,7 @@ class Trainer:
         """
         predictions, label_ids, metrics = self._run_eval_loop(self.get_test_dataloader(test_dataset), test_dataset,
                                                               ignore_keys, metric_key_prefix, predict=True)
-        self.flow.control = self.callback_handler.on_predict(self.args, self.state, self.flow.control, metrics)
+        self.flow.events.fire("on_predict", metrics=metrics)
         return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
 
     def _run_eval_loop(self, dataloader: Any, dataset: Any, ignore_keys: list[str] | None, prefix: str,
@@ -351,10 +349,11 @@ class Trainer:
         with quiet_lightning():
             pl_trainer = build_lightning_trainer(self.args, flow=self.flow, logger=loggers or False,
                                                  enable_progress_bar=False)
-        if self._pl_trainer is None and getattr(self, "model_preparation_time", None) is None:
+        evaluation = self.flow.evaluation
+        if self._pl_trainer is None and evaluation.model_preparation_time is None:
             # HF times the model's preparation on the first evaluation before training and reports that same value
             # with every evaluation afterwards, during training too.
-            self.model_preparation_time = round(time.time() - prep_start, 4)
+            evaluation.model_preparation_time = round(time.time() - prep_start, 4)
         start = time.time()
         module.eval_dataloader_end = None
         try:
@@ -363,22 +362,14 @@ class Trainer:
             acc = module.eval_accumulators.get(0)
         finally:
             module.eval_accumulators = {}
-        size = len(dataset) if has_len(dataset) else None
-        preparation = getattr(self, "model_preparation_time", None)
-        if acc is None:
-            preds, labels, metrics, num_samples = None, None, {}, size or 0
-            if preparation is not None:
-                metrics[f"{prefix}_model_preparation_time"] = preparation
-        else:
-            preds, labels, metrics, num_samples = acc.finalize(prefix, num_samples=size,
-                                                               model_preparation_time=preparation)
-        total_batch = self.args.eval_batch_size * pl_trainer.world_size
-        metrics.update(speed_metrics(prefix, start, num_samples=num_samples,
-                                     num_steps=math.ceil(num_samples / total_batch) if num_samples else 0))
-        return preds, labels, metrics
+        return finish_eval_metrics(acc, prefix, started=start,
+                                   total_batch_size=self.args.eval_batch_size * pl_trainer.world_size,
+                                   num_samples=len(dataset) if has_len(dataset) else None,
+                                   model_preparation_time=evaluation.model_preparation_time)
 
     #: HF's Trainer weighs each eval batch loss by the batch's samples; HF's Seq2SeqTrainer gathers without dropping
-    #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True).
+    #: the last batch's surplus copies, so every batch weighs ``eval_batch_size`` (its subclass sets this True; read
+    #: at construction for the evaluations during training).
     eval_loss_full_batch_weight: bool = False
 
     # ------------------------------------------------------------------ hyperparameter search
@@ -427,30 +418,13 @@ class Trainer:
 
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
         """Print ``metrics`` in HF's aligned format (world process zero only)."""
-        if not self.is_world_process_zero():
-            return
-        print(f"***** {split} metrics *****")
-        formatted = _format_metrics(metrics)
-        width = max((len(k) for k in formatted), default=0)
-        for key in sorted(formatted):
-            print(f"  {key: <{width}} = {formatted[key]:>9}")
+        if self.is_world_process_zero():
+            print_metrics(split, metrics)
 
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
         """Write ``{split}_results.json`` (and merge into ``all_results.json``) as HF does."""
-        if not self.is_world_process_zero():
-            return
-        path = os.path.join(self.args.output_dir, f"{split}_results.json")
-        with open(path, "w") as f:
-            json.dump(metrics, f, indent=4, sort_keys=True)
-        if combined:
-            all_path = os.path.join(self.args.output_dir, "all_results.json")
-            merged = {}
-            if os.path.exists(all_path):
-                with open(all_path) as f:
-                    merged = json.load(f)
-            merged.update(metrics)
-            with open(all_path, "w") as f:
-                json.dump(merged, f, indent=4, sort_keys=True)
+        if self.is_world_process_zero():
+            write_metrics(self.args.output_dir, split, metrics, combined=combined)
 
     def is_world_process_zero(self) -> bool:
         return int(os.environ.get("RANK", "0")) == 0
@@ -459,7 +433,8 @@ class Trainer:
         return int(os.environ.get("LOCAL_RANK", "0")) == 0
 
     # ------------------------------------------------------------------ smaller HF helpers
-    #: HF's override point: None lets the loss decide; True/False forces whether it is already GA-scaled.
+    #: HF's override point: None lets the loss decide; True/False forces whether it is already GA-scaled (read
+    #: when ``train()`` builds the module).
     loss_is_scaled_for_ga: bool | None = None
 
     def call_model_init(self, trial: Any = None) -> nn.Module:
@@ -572,7 +547,7 @@ class Trainer:
 
     def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """HF's human-readable metric values (runtime as h:mm:ss, memory in MB, FLOPs in GF)."""
-        return _format_metrics(metrics)
+        return metrics_format(metrics)
 
     def end(self) -> None:
         """Finish the run: destroy the process group Lightning created, if any (HF's ``end``)."""
@@ -594,21 +569,6 @@ class Trainer:
     def create_accelerator_and_postprocess(self) -> None:
         raise ValueError("hf_lightning has no accelerate Accelerator: devices, precision and strategy come from "
                          "build_lightning_trainer(args).")
-
-
-def _format_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    out = dict(metrics)
-    for key, value in out.items():
-        if "_mem_" in key:
-            out[key] = f"{value >> 20}MB"
-        elif "_runtime" in key:
-            seconds = int(value)
-            out[key] = f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{round((value - seconds) * 100):02d}"
-        elif key == "total_flos":
-            out[key] = f"{int(value) >> 30}GF"
-        elif isinstance(value, float):
-            out[key] = round(value, 4)
-    return out
 
 
 def _is_lightning_callback(cb: Any) -> bool:

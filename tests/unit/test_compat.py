@@ -113,3 +113,36 @@ def test_registered_parameter_names_include_the_none_entries():
     layer.register_parameter("extra", None)
     assert _compat.registered_parameter_names(layer) == ["weight", "bias", "extra"]
     assert [name for name, _ in layer.named_parameters(recurse=False)] == ["weight", "bias"]
+
+
+def test_route_checkpoint_loading_answers_ckpt_path_before_the_strategy(tmp_path):
+    """Lightning reads fit(ckpt_path=...) through strategy.load_checkpoint after the setup hooks."""
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    read = []
+
+    class Route(pl.Callback):
+        def setup(self, trainer, pl_module, stage):
+            def answer(path):
+                if path != str(folder):
+                    return None
+                read.append(path)
+                return {"state_dict": pl_module.state_dict(), "optimizer_states": [], "lr_schedulers": [],
+                        "pytorch-lightning_version": pl.__version__}
+
+            _compat.route_checkpoint_loading(trainer, answer)
+
+    trainer = _trainer(max_steps=1, callbacks=[Route()])
+    trainer.fit(_Tiny(), train_dataloaders=_loader(), ckpt_path=str(folder))
+    assert read == [str(folder)]
+    assert trainer.global_step == 1
+
+
+def test_route_checkpoint_loading_leaves_other_paths_to_the_strategy_and_replaces_itself(tmp_path):
+    trainer = _trainer(max_steps=1)
+    path = str(tmp_path / "plain.ckpt")
+    torch.save({"plain": 1}, path)
+    _compat.route_checkpoint_loading(trainer, lambda p: {"first": p} if p == "hf" else None)
+    _compat.route_checkpoint_loading(trainer, lambda p: {"second": p} if p == "hf" else None)
+    assert trainer.strategy.load_checkpoint("hf") == {"second": "hf"}
+    assert trainer.strategy.load_checkpoint(path) == {"plain": 1}

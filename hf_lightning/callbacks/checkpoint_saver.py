@@ -1,0 +1,173 @@
+"""``CheckpointSaver``: HF's ``checkpoint-N`` saves during a fit, their rotation, and the end-of-training steps.
+
+When the flow raises ``should_save`` HF's Trainer stores the stateful callbacks' state in ``TrainerState``, writes
+the folder (model, optimizer, scheduler, scaler, RNG, ``trainer_state.json`` last) and rotates older folders
+(``save_total_limit``, keeping the best one). Here the folder goes through the strategy's ``CheckpointIO``
+(:class:`~hf_lightning.checkpointing.io.HFCheckpointIO`), its ``fsync`` and the rotation run on a background thread
+on one process (:mod:`hf_lightning.checkpointing.durability`). Checkpoints an earlier run left in ``output_dir``
+are never rotated away. When training ends this class loads the best model (``load_best_model_at_end``) and does
+HF's extra cleanup for ``save_total_limit=1``.
+
+Only the saving process(es) touch the file system (``save_on_each_node`` makes that one per node).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from hf_lightning._utils import enum_value
+from hf_lightning.callbacks.events import HFEvents
+from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
+from hf_lightning.checkpointing.io import HFCheckpointIO
+from hf_lightning.checkpointing.layout import checkpoint_folder_name
+from hf_lightning.checkpointing.model_state import prepare_model_saving
+from hf_lightning.checkpointing.reader import load_model_weights
+from hf_lightning.checkpointing.rotation import (
+    clean_stale_temporary_folders,
+    final_cleanup_for_limit_one,
+    foreign_checkpoints,
+    rotate_checkpoints,
+)
+from hf_lightning.checkpointing.writer import CheckpointContents
+from hf_lightning.state import TrainerState
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointSaver:
+    """Writes HF checkpoints during a fit and finishes them when it ends.
+
+    Args:
+        args: a ``TrainingArguments`` (``output_dir``, ``save_strategy``, ``save_total_limit``,
+            ``save_only_model``, ``save_on_each_node``, ``load_best_model_at_end``).
+        processing_class: saved with every checkpoint.
+        data_collator: its tokenizer is saved when there is no processing class.
+    """
+
+    def __init__(self, args: Any, processing_class: Any = None, data_collator: Any = None) -> None:
+        self.args = args
+        self.processing_class = processing_class
+        self.data_collator = data_collator
+        # Checkpoints an earlier run left in output_dir (not the lineage being resumed): never rotated away.
+        self.foreign_checkpoints: set[str] = set()
+
+    def is_saving_process(self, trainer: pl.Trainer) -> bool:
+        """Whether this process writes checkpoints: global rank 0, or local rank 0 with ``save_on_each_node``."""
+        if getattr(self.args, "save_on_each_node", False):
+            return trainer.local_rank == 0
+        return trainer.global_rank == 0
+
+    def start(self, trainer: pl.Trainer, module: Any, state: TrainerState, resume_dir: str | None,
+              started: float) -> None:
+        """Look at ``output_dir`` before training: stale temporary folders, foreign checkpoints, a cut rotation.
+
+        Args:
+            trainer: the fit's trainer.
+            module: the ``HFLightningModule`` (its model is warmed up for saving).
+            state: the state training starts from.
+            resume_dir: the checkpoint being resumed, if any (its lineage is this run's, not foreign).
+            started: when training started; temporary folders older than that are removed.
+        """
+        args = self.args
+        self.foreign_checkpoints = set()
+        if not self.is_saving_process(trainer):
+            return
+        # Folders a killed save or deletion left behind are never picked up, but they take disk space.
+        clean_stale_temporary_folders(args.output_dir, older_than=started)
+        if enum_value(args.save_strategy) != "no":
+            prepare_model_saving(module.model)
+        foreign = foreign_checkpoints(args.output_dir, resume_dir)
+        self.foreign_checkpoints = set(foreign)
+        if resume_dir is not None:
+            # Finish a rotation a kill interrupted (between a save and its rotation): with no save left to
+            # train, the resumed lineage would otherwise keep one folder more than save_total_limit.
+            rotate_checkpoints(args.output_dir, save_total_limit=args.save_total_limit,
+                               best_model_checkpoint=state.best_model_checkpoint, use_mtime=True, keep=foreign,
+                               protect=[resume_dir])
+        if foreign:
+            logger.warning(
+                "%s already holds checkpoints this run did not write: %s. They are left alone: "
+                "save_total_limit neither counts nor deletes them, and a checkpoint this run saves under one of "
+                "their names keeps the old folder as superseded-<name>-<time>. get_last_checkpoint() / "
+                "resume_from_checkpoint=True pick the highest step, which may be one of them; use one "
+                "output_dir per run to keep runs apart.",
+                args.output_dir,
+                ", ".join(os.path.basename(path) for path in foreign),
+            )
+
+    def save(self, trainer: pl.Trainer, module: Any, events: HFEvents) -> None:
+        """Write ``checkpoint-{global_step}`` (every process takes part; the saving ones write) and rotate."""
+        args, state = self.args, events.state
+        # The previous save's flush and rotation finish first, so this one starts from the folders HF would see.
+        self.wait_until_written()
+        run_dir = args.output_dir
+        should_save = self.is_saving_process(trainer)
+        if should_save:
+            for cb in events.exportable_callbacks():
+                name = type(cb).__name__
+                if isinstance(state.stateful_callbacks.get(name), list):
+                    state.stateful_callbacks[name].append(cb.state())
+                else:
+                    state.stateful_callbacks[name] = cb.state()
+        scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+        foreign = self.foreign_checkpoints
+        folder = str(Path(run_dir) / checkpoint_folder_name(state.global_step))
+        # One process: the fsync, then the rotation, run on a background thread (checkpointing/durability.py).
+        in_background = trainer.world_size == 1
+        payload = CheckpointContents(
+            state.global_step,
+            model=module.model,
+            optimizer=trainer.optimizers[0] if trainer.optimizers else None,
+            scheduler=scheduler,
+            state=state,
+            args=args,
+            processing_class=self.processing_class,
+            data_collator=self.data_collator,
+            save_only_model=getattr(args, "save_only_model", False),
+            process_index=trainer.global_rank,
+            world_size=trainer.world_size,
+            should_save=should_save,
+            scaler=getattr(trainer.precision_plugin, "scaler", None),
+            barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
+            # An earlier run's folder of this name is kept aside, not deleted.
+            keep_replaced=folder in foreign,
+            flush_in_background=in_background,
+        )
+        # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
+        checkpoint_io = trainer.strategy.checkpoint_io
+        if not isinstance(checkpoint_io, HFCheckpointIO):
+            checkpoint_io = HFCheckpointIO()
+        checkpoint_io.save_checkpoint(payload, run_dir)
+        foreign.discard(folder)
+        if not should_save:
+            return
+        rotate = functools.partial(rotate_checkpoints, run_dir, save_total_limit=args.save_total_limit,
+                                   best_model_checkpoint=state.best_model_checkpoint, use_mtime=True,
+                                   keep=set(foreign))
+        if in_background:
+            # Behind the new folder's flush: an older checkpoint is deleted only once a newer one is on disk.
+            run_in_background(f"rotating checkpoints in {run_dir}", rotate)
+        else:
+            rotate()
+
+    @staticmethod
+    def wait_until_written() -> None:
+        """Wait until every checkpoint saved so far is on disk and rotated (raises a failed background flush)."""
+        wait_for_flushes(raise_failures=True)
+
+    def finish(self, trainer: pl.Trainer, module: Any, state: TrainerState) -> None:
+        """HF's end of training: load the best model (``load_best_model_at_end``), then the ``save_total_limit=1``
+        cleanup (call :meth:`wait_until_written` first)."""
+        args = self.args
+        if getattr(args, "load_best_model_at_end", False) and state.best_model_checkpoint is not None:
+            load_model_weights(module.model, state.best_model_checkpoint, strict=False)
+        if self.is_saving_process(trainer) and state.best_model_checkpoint is not None \
+                and args.save_total_limit == 1:
+            # An earlier run's folders are not this run's to delete (see start).
+            final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint, keep=self.foreign_checkpoints)

@@ -1,0 +1,204 @@
+"""``CheckpointResume``: the one place that applies an HF ``checkpoint-N`` folder to a running fit.
+
+``Trainer.train(resume_from_checkpoint=...)`` and ``lightning.Trainer.fit(ckpt_path=<folder>)`` both end here. HF
+restores a checkpoint in three moments, and so does this class:
+
+1. **When Lightning reads ``ckpt_path``** — after the setup hooks, before the optimizers exist. The flow callback
+   routes the strategy's ``load_checkpoint`` to :meth:`CheckpointResume.read` (``_compat.route_checkpoint_loading``),
+   so this works whatever the strategy, also one that never asks its ``CheckpointIO`` (FSDP,
+   ``ModelParallelStrategy``). The folder is validated, the model weights are loaded as HF loads them
+   (``strict=False``, tied weights stored once), ``trainer_state.json`` is read, and the datamodule is told how
+   many windows (optimizer steps) of the current epoch are done, which its loader skips by index. Lightning gets a
+   checkpoint dict that restores nothing more.
+2. **When training starts** (the flow callback's ``on_train_start``): the checkpoint's ``TrainerState`` replaces
+   the fresh one, the stateful callbacks get their saved state (``restore_callback_states_from_checkpoint``), every
+   pickle-based file is verified before any is applied, the optimizer, scheduler and scaler are loaded, and
+   Lightning's step and epoch counters are fast-forwarded to the checkpoint's.
+3. **Before the first window runs** (``on_train_batch_start``): the RNG states, at HF's moment.
+
+Lightning's own ``.ckpt`` files are not HF folders and load through the strategy as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+
+from hf_lightning import _compat
+from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.paths import is_hf_checkpoint_dir, validate_checkpoint_dir
+from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
+from hf_lightning.checkpointing.rng import restore_rng_state
+from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
+from hf_lightning.state import TrainerState, is_exportable_state
+
+if TYPE_CHECKING:
+    from hf_lightning.callbacks.events import HFEvents
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointResume:
+    """Restores a fit from an HF ``checkpoint-N`` folder in HF's order (see the module docstring).
+
+    Args:
+        args: a ``TrainingArguments`` (``ignore_data_skip``, ``restore_callback_states_from_checkpoint`` and the
+            step settings compared with the checkpoint's).
+
+    Attributes:
+        folder: the checkpoint this fit resumes from, or ``None``.
+    """
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.folder: str | None = None
+        self._state: TrainerState | None = None
+        self._micro_batches_done = 0
+        self._rng_moment: str | None = None
+
+    def reset(self) -> None:
+        """Forget any earlier fit's checkpoint (a new fit resumes only from its own ``ckpt_path``)."""
+        self.folder, self._state, self._micro_batches_done, self._rng_moment = None, None, 0, None
+
+    # ------------------------------------------------------------------ 1. Lightning reads ckpt_path
+    def read(self, trainer: pl.Trainer, path: Any) -> dict[str, Any] | None:
+        """Open ``path`` if it is an HF checkpoint folder: load the weights and, for a fit, the training state.
+
+        Args:
+            trainer: the ``lightning.Trainer`` whose ``ckpt_path`` is being read.
+            path: the ``ckpt_path``.
+
+        Returns:
+            The checkpoint dict Lightning's restore goes on with (it restores nothing further), or ``None`` when
+            ``path`` is not a folder (a Lightning ``.ckpt`` file, for the strategy to load).
+
+        Raises:
+            ValueError: the folder holds no model weights (HF's message).
+        """
+        if not is_hf_checkpoint_dir(path):
+            return None
+        path = validate_checkpoint_dir(path)
+        module = trainer.lightning_module
+        load_model_weights(module.model, path, strict=False)
+        if trainer.state.fn == "fit":
+            self._read_training_state(trainer, module, path)
+        return {
+            # The module's own weights, which it already holds: Lightning's strict load of them changes nothing.
+            "state_dict": module.state_dict(),
+            # Empty: the optimizer and scheduler exist only later; they are loaded when training starts.
+            "optimizer_states": [],
+            "lr_schedulers": [],
+            "callbacks": {},
+            "pytorch-lightning_version": pl.__version__,
+        }
+
+    def _read_training_state(self, trainer: pl.Trainer, module: Any, path: str) -> None:
+        self.reset()
+        self.folder = path
+        state_file = os.path.join(path, TRAINER_STATE_NAME)
+        if not os.path.isfile(state_file):
+            return
+        state = TrainerState.load_from_json(state_file)
+        if state.best_model_checkpoint is not None and not os.path.isdir(state.best_model_checkpoint):
+            logger.warning(
+                "The best checkpoint %s recorded in the resumed state does not exist any more; best_model_checkpoint "
+                "is reset to None.", state.best_model_checkpoint,
+            )
+            state.best_model_checkpoint = None
+        _warn_changed_args(self.args, state)
+        self._state = state
+        plan = module.plan
+        windows_done = 0 if getattr(self.args, "ignore_data_skip", False) \
+            else state.global_step % plan.update_steps_per_epoch
+        self._micro_batches_done = windows_done * plan.gradient_accumulation_steps
+        datamodule = trainer.datamodule
+        if datamodule is not None and windows_done:
+            datamodule.skip_first_windows(windows_done)
+
+    # ------------------------------------------------------------------ 2. training starts
+    def take_state(self) -> TrainerState | None:
+        """The checkpoint's ``TrainerState`` (once), which replaces the fresh state as in HF; ``None`` otherwise."""
+        state, self._state = self._state, None
+        return state
+
+    def restore_callback_states(self, state: TrainerState, events: HFEvents) -> None:
+        """HF's ``restore_callback_states_from_checkpoint``: rebuild each saved stateful callback (and the control).
+
+        A new instance of each saved callback class, built from its saved args, gets the saved attributes and
+        replaces the attached one.
+        """
+        saved = state.stateful_callbacks or {}
+        for cb in list(events.handler.callbacks) + [events.control]:
+            name = type(cb).__name__
+            if name not in saved or not is_exportable_state(cb):
+                continue
+            entry = saved[name][0] if isinstance(saved[name], list) else saved[name]
+            new = type(cb)(**entry.get("args", {}))
+            for key, value in entry.get("attributes", {}).items():
+                setattr(new, key, value)
+            if cb is events.control:
+                events.control = new
+            else:
+                events.handler.remove_callback(cb)
+                events.handler.add_callback(new)
+
+    def restore_training(self, trainer: pl.Trainer, module: Any, state: TrainerState) -> None:
+        """Verify the folder, load optimizer / scheduler / scaler, and fast-forward Lightning to ``state``'s step."""
+        path = self.folder
+        # Every pickle-based file of the folder is judged (nothing untrusted unpickled) before any is applied.
+        verify_checkpoint_files(path)
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        configs = trainer.lr_scheduler_configs
+        load_optimizer_and_scheduler(optimizer, configs[0].scheduler if configs else None, path)
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        if scaler is not None:
+            load_scaler(scaler, path)
+        plan = module.plan
+        _compat.fast_forward(trainer, state.global_step, state.global_step // plan.update_steps_per_epoch)
+        # HF restores the RNG right before the first forward when resuming mid-epoch, and before the epoch's
+        # data iterator exists at an epoch boundary (that iterator then draws its seed from the restored RNG).
+        self._rng_moment = "mid_epoch" if self._micro_batches_done else "epoch_start"
+        if state.global_step >= plan.max_steps:
+            logger.warning(
+                "Resumed from %s at step %d, which already reaches max_steps=%d: no step is left to train. "
+                "Raise max_steps / num_train_epochs to train further.",
+                path, state.global_step, plan.max_steps,
+            )
+
+    def take_micro_batches_done(self) -> int:
+        """Micro-batches of the current epoch the checkpoint had done (once; HF's epoch fraction goes on from
+        there)."""
+        done, self._micro_batches_done = self._micro_batches_done, 0
+        return done
+
+    # ------------------------------------------------------------------ 3. the first window
+    def restore_rng(self, trainer: pl.Trainer) -> None:
+        """Restore the checkpoint's RNG states if this is the first window after a resume (no-op otherwise)."""
+        if self._rng_moment is None:
+            return
+        # The first window is fetched by now, as in HF's mid-epoch resume.
+        restored = restore_rng_state(self.folder, trainer.global_rank, trainer.world_size)
+        if restored and self._rng_moment == "epoch_start":
+            # At an epoch boundary HF restores before creating the epoch's DataLoader iterator, which then draws
+            # its base seed from the restored generator; ours exists already, so make that one draw here.
+            torch.empty((), dtype=torch.int64).random_()
+        self._rng_moment = None
+
+
+def _warn_changed_args(args: Any, state: TrainerState) -> None:
+    changed = [
+        name for name, saved in (("logging_steps", state.logging_steps), ("eval_steps", state.eval_steps),
+                                 ("save_steps", state.save_steps))
+        if getattr(args, name, None) is not None and getattr(args, name) != saved
+    ]
+    if state.train_batch_size is not None and args.per_device_train_batch_size != state.train_batch_size:
+        changed.append("per_device_train_batch_size")
+    if changed:
+        logger.warning(
+            "Resuming with %s different from the checkpoint; the checkpoint's logging/eval/save steps stay in "
+            "force.", ", ".join(changed),
+        )
