@@ -415,3 +415,8 @@ def find_batch_size(inputs: Any) -> int | None:
     elif isinstance(inputs, np.ndarray):
         return inputs.shape[0] if inputs.ndim >= 1 else None
     return None
+
+
+def metric_key(metric_for_best_model: str) -> str:
+    """The metrics key of ``metric_for_best_model`` (HF prefixes ``eval_`` unless it is there already)."""
+    return metric_for_best_model if metric_for_best_model.startswith("eval_") else f"eval_{metric_for_best_model}"

@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from hf_lightning import _compat
-from hf_lightning._utils import enum_value
+from hf_lightning._utils import enum_value, unwrap_model
 
 
 def _tensorboard_dir(args: Any) -> str:
@@ -70,7 +70,7 @@ class HFTensorBoardLogger(TensorBoardLogger):
             "args", args_json() if callable(args_json) else json.dumps(vars(self._training_args), default=str)
         )
         wrapped = getattr(model, "model", None)
-        config = getattr(getattr(wrapped, "module", wrapped), "config", None)
+        config = getattr(unwrap_model(wrapped), "config", None)
         if config is not None and hasattr(config, "to_json_string"):
             self.experiment.add_text("model_config", config.to_json_string())
 

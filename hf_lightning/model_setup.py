@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hf_lightning._utils import unwrap_model
+
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
 
 
 def _base_model(model: nn.Module) -> nn.Module:
-    model = getattr(model, "module", model)
+    model = unwrap_model(model)
     # A PEFT wrapper keeps the real model under base_model.model (HF reaches through it the same way).
     if type(model).__name__.startswith("Peft") and hasattr(model, "base_model"):
         return model.base_model.model

@@ -25,6 +25,7 @@ from lightning.pytorch.strategies import ParallelStrategy
 from torch import nn
 
 from hf_lightning import _compat
+from hf_lightning._utils import unwrap_model
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
@@ -37,17 +38,13 @@ from hf_lightning.evaluation import (
 )
 from hf_lightning.hooks import EventSink, TrainerHooks
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
-from hf_lightning.optim import create_optimizer, create_scheduler, is_metric_driven
+from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
 from hf_lightning.preflight import run_preflight
 
 # HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
 # ``labels[..., 1:]``. A model from config whose ``loss_type`` is None (GPT-2) is counted unshifted — an HF quirk
 # reproduced on purpose.
 _SHIFTING_LOSS_TYPES = frozenset({"ForCausalLM", "ForConditionalGeneration", "CsmForConditionalGeneration"})
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return getattr(model, "module", model)
 
 
 def _plain_train_method(method: Any) -> bool:
@@ -123,7 +120,7 @@ class HFLightningModule(pl.LightningModule):
         self.hooks_call_hf_training_step = hooks_call_hf_training_step
         self.automatic_optimization = False
 
-        unwrapped = _unwrap(model)
+        unwrapped = unwrap_model(model)
         self.model_accepts_loss_kwargs = model_accepts_loss_kwargs(unwrapped)
         config = getattr(unwrapped, "config", None)
         self.loss_shifts_labels = getattr(unwrapped, "loss_type", None) in _SHIFTING_LOSS_TYPES and not getattr(
@@ -198,7 +195,7 @@ class HFLightningModule(pl.LightningModule):
         _compat.set_fit_limits(self.trainer, max_steps=self.plan.max_steps, max_epochs=self.plan.num_train_epochs)
         # HF's _prepare_for_training order: activation checkpointing, then NEFTune; compile wraps the result.
         if not self._model_prepared:
-            enable_activation_checkpointing(_unwrap(self.model), self.args)
+            enable_activation_checkpointing(unwrap_model(self.model), self.args)
             compile_model(self.model, self.args)
             self._model_prepared = True
         self._neftune_handle = activate_neftune(self.model, getattr(self.args, "neftune_noise_alpha", None))
@@ -273,7 +270,7 @@ class HFLightningModule(pl.LightningModule):
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:
             loss = self.label_smoother(
-                outputs, labels, shift_labels=label_smoother_shifts_labels(_unwrap(model)), num_items_in_batch=num_items_in_batch
+                outputs, labels, shift_labels=label_smoother_shifts_labels(unwrap_model(model)), num_items_in_batch=num_items_in_batch
             )
         else:
             loss = _loss_from_outputs(outputs, inputs)
@@ -298,7 +295,7 @@ class HFLightningModule(pl.LightningModule):
             raise ValueError(
                 "The batch received was empty, your model won't be able to train on it. Double-check that your "
                 "training dataset contains keys expected by the model: "
-                f"{','.join(signature_columns(_unwrap(model), self.label_names))}."
+                f"{','.join(signature_columns(unwrap_model(model), self.label_names))}."
             )
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if getattr(self.args, "n_gpu", 0) > 1:
@@ -410,7 +407,8 @@ class HFLightningModule(pl.LightningModule):
         scale_after = _compat.grad_scale(self.trainer)
         step_skipped = scale_before is not None and scale_after < scale_before
         self._emit("on_optimizer_step")
-        learning_rate = self._current_lr(scheduler, optimizer)
+        # HF reads the LR after optimizer.step and before scheduler.step: the LR this update used.
+        learning_rate = current_learning_rate(optimizer, scheduler)
         if scheduler is not None and not is_metric_driven(scheduler) and not step_skipped:
             scheduler.step()
         # HF's zero_grad, done just before the next backward (see release_gradients).
@@ -454,19 +452,13 @@ class HFLightningModule(pl.LightningModule):
         else:
             super().__setattr__(name, value)
 
-    def _current_lr(self, scheduler: Any, optimizer: Any) -> float:
-        # HF reads the LR after optimizer.step and before scheduler.step: the LR this update used.
-        if scheduler is None or is_metric_driven(scheduler):
-            return optimizer.param_groups[0]["lr"]
-        return scheduler.get_last_lr()[0]
-
     def _emit(self, event: str, **kwargs: Any) -> None:
         if self.event_sink is not None:
             self.event_sink.on_hf_event(event, **kwargs)
 
     def floating_point_ops(self, inputs: Mapping) -> float:
         """HF's estimate: 6 × input tokens × non-embedding parameters (0 without ``num_parameters``)."""
-        model = _unwrap(self.model)
+        model = unwrap_model(self.model)
         main_input = getattr(model, "main_input_name", "input_ids")
         if main_input not in inputs or not hasattr(model, "num_parameters"):
             return 0.0
@@ -484,7 +476,7 @@ class HFLightningModule(pl.LightningModule):
             return_loss = self.can_return_loss
         loss_without_labels = len(self.label_names) == 0 and return_loss
         if ignore_keys is None:
-            config = getattr(_unwrap(model), "config", None)
+            config = getattr(unwrap_model(model), "config", None)
             ignore_keys = list(getattr(config, "keys_to_ignore_at_inference", ["past_key_values"])) \
                 if config is not None else []
         labels = None
@@ -557,7 +549,7 @@ class HFLightningModule(pl.LightningModule):
         loss, logits, labels = self.hooks.prediction_step(self.model, inputs, prediction_loss_only,
                                                           ignore_keys=request.ignore_keys)
         include = getattr(self.args, "include_for_metrics", []) or []
-        main_input = getattr(_unwrap(self.model), "main_input_name", "input_ids")
+        main_input = getattr(unwrap_model(self.model), "main_input_name", "input_ids")
         inputs_for_metrics = batch.get(main_input) if "inputs" in include else None
         batch_size = find_batch_size(batch) or 1
         is_last = self._is_last_eval_batch(batch_idx, dataloader_idx)

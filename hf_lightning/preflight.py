@@ -28,8 +28,10 @@ import numpy as np
 import torch
 
 from hf_lightning import _compat
-from hf_lightning._utils import enum_value, has_len
+from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.args.validation import check_trainable, evaluates_during_training
+from hf_lightning.checkpointing.writer import is_saving_process
+from hf_lightning.evaluation import metric_key
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -204,7 +206,7 @@ def _collate_rows(dataset: Any, collate_fn: Callable, batch_size: int, spread: b
 def _forward_parameters(model: torch.nn.Module) -> tuple[list[str], bool]:
     from hf_lightning.data.columns import unwrap_peft_model
 
-    inner = unwrap_peft_model(getattr(model, "module", model))
+    inner = unwrap_peft_model(unwrap_model(model))
     parameters = inspect.signature(inner.forward).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     return list(parameters), takes_any
@@ -260,7 +262,7 @@ def check_train_batch(
             "must return a dict of tensors keyed by the model's forward argument names. Fix `data_collator`."
         )
     parameters, takes_any = _forward_parameters(model)
-    model_name = type(getattr(model, "module", model)).__name__
+    model_name = type(unwrap_model(model)).__name__
     if not batch:
         columns = ", ".join(dataset_columns or []) or "none"
         raise ValueError(
@@ -314,10 +316,6 @@ def check_train_batch(
 # ---------------------------------------------------------------------------------------------------------------
 # metric_for_best_model
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def _metric_key(metric: str) -> str:
-    return metric if metric.startswith("eval_") else f"eval_{metric}"
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -392,7 +390,7 @@ def check_metric_for_best_model(module: Any, datamodule: Any) -> None:
     metric = args.metric_for_best_model
     if metric is None or not evaluates_during_training(args):
         return
-    key = _metric_key(metric)
+    key = metric_key(metric)
     names = list(getattr(datamodule, "eval_names", []) or [])
     datasets = list(datamodule.eval_datasets()) if hasattr(datamodule, "eval_datasets") else []
     prefixes = ["eval" if name is None else f"eval_{name}" for name in names]
@@ -420,14 +418,6 @@ def check_metric_for_best_model(module: Any, datamodule: Any) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _should_save(args: TrainingArguments, trainer: Any) -> bool:
-    if trainer is None:
-        return True
-    if args.save_on_each_node:
-        return trainer.local_rank == 0
-    return trainer.global_rank == 0
-
-
 def run_preflight(module: Any, datamodule: Any) -> None:
     """Run every check before training starts; called once per ``fit`` by ``HFLightningModule.setup("fit")``.
 
@@ -445,7 +435,8 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     args = module.args
     check_trainable(args)
     trainer = _compat.attached_trainer(module)
-    if enum_value(args.save_strategy) != "no" and _should_save(args, trainer):
+    saves_here = trainer is None or is_saving_process(args, trainer.global_rank, trainer.local_rank)
+    if enum_value(args.save_strategy) != "no" and saves_here:
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)
     check_eval_datasets(args, getattr(datamodule, "eval_dataset", None))

@@ -34,6 +34,7 @@ from hf_lightning.checkpointing.paths import is_hf_checkpoint_dir, validate_chec
 from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
+from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.state import TrainerState, is_exportable_state
 
 if TYPE_CHECKING:
@@ -151,9 +152,7 @@ class CheckpointResume:
         path = self.folder
         # Every pickle-based file of the folder is judged (nothing untrusted unpickled) before any is applied.
         verify_checkpoint_files(path)
-        optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        configs = trainer.lr_scheduler_configs
-        load_optimizer_and_scheduler(optimizer, configs[0].scheduler if configs else None, path)
+        load_optimizer_and_scheduler(*fit_optimizer_and_scheduler(trainer), path)
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         if scaler is not None:
             load_scaler(scaler, path)

@@ -34,7 +34,8 @@ from hf_lightning.checkpointing.rotation import (
     foreign_checkpoints,
     rotate_checkpoints,
 )
-from hf_lightning.checkpointing.writer import CheckpointContents
+from hf_lightning.checkpointing.writer import CheckpointContents, is_saving_process
+from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.state import TrainerState
 
 logger = logging.getLogger(__name__)
@@ -59,9 +60,7 @@ class CheckpointSaver:
 
     def is_saving_process(self, trainer: pl.Trainer) -> bool:
         """Whether this process writes checkpoints: global rank 0, or local rank 0 with ``save_on_each_node``."""
-        if getattr(self.args, "save_on_each_node", False):
-            return trainer.local_rank == 0
-        return trainer.global_rank == 0
+        return is_saving_process(self.args, trainer.global_rank, trainer.local_rank)
 
     def start(self, trainer: pl.Trainer, module: Any, state: TrainerState, resume_dir: str | None,
               started: float) -> None:
@@ -115,7 +114,7 @@ class CheckpointSaver:
                     state.stateful_callbacks[name].append(cb.state())
                 else:
                     state.stateful_callbacks[name] = cb.state()
-        scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+        optimizer, scheduler = fit_optimizer_and_scheduler(trainer)
         foreign = self.foreign_checkpoints
         folder = str(Path(run_dir) / checkpoint_folder_name(state.global_step))
         # One process: the fsync, then the rotation, run on a background thread (checkpointing/durability.py).
@@ -123,7 +122,7 @@ class CheckpointSaver:
         payload = CheckpointContents(
             state.global_step,
             model=module.model,
-            optimizer=trainer.optimizers[0] if trainer.optimizers else None,
+            optimizer=optimizer,
             scheduler=scheduler,
             state=state,
             args=args,

@@ -23,14 +23,9 @@ import numpy as np
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value, has_len
 from hf_lightning.callbacks.events import HFEvents
-from hf_lightning.evaluation import EvalAccumulator, EvalRequest, dataset_prefix, finish_eval_metrics
-from hf_lightning.optim import is_metric_driven
+from hf_lightning.evaluation import EvalAccumulator, EvalRequest, dataset_prefix, finish_eval_metrics, metric_key
+from hf_lightning.optim import fit_optimizer_and_scheduler, is_metric_driven
 from hf_lightning.state import TrainerState
-
-
-def metric_key(metric_for_best_model: str) -> str:
-    """The metrics key of ``metric_for_best_model`` (HF prefixes ``eval_`` unless it is there already)."""
-    return metric_for_best_model if metric_for_best_model.startswith("eval_") else f"eval_{metric_for_best_model}"
 
 
 def update_best_metric(args: Any, state: TrainerState, metrics: dict[str, float]) -> bool:
@@ -74,7 +69,7 @@ def step_metric_scheduler(trainer: pl.Trainer, metrics: dict[str, float], args: 
     Raises:
         KeyError: the scheduler needs a metric that the evaluation did not return.
     """
-    scheduler = trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+    _, scheduler = fit_optimizer_and_scheduler(trainer)
     if scheduler is None or not is_metric_driven(scheduler):
         return
     key = metric_key(args.metric_for_best_model)

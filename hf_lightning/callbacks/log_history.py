@@ -18,7 +18,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from hf_lightning._utils import unwrap_model
 from hf_lightning.callbacks.events import HFEvents
+from hf_lightning.optim import current_learning_rate, fit_optimizer_and_scheduler
 from hf_lightning.outputs import speed_metrics
 
 
@@ -104,7 +106,7 @@ class TrainingLog:
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
         logs["learning_rate"] = (
-            self.last_learning_rate if self.last_learning_rate is not None else _current_lr(self.trainer)
+            self.last_learning_rate if self.last_learning_rate is not None else current_learning_rate(*fit_optimizer_and_scheduler(self.trainer))
         )
         self.total_loss_scalar += tr_loss_scalar
         self.globalstep_last_logged = state.global_step
@@ -184,16 +186,9 @@ class TrainingLog:
         return trainer.strategy.all_gather(value).float().mean()
 
 
-def _current_lr(trainer: pl.Trainer) -> float:
-    configs = trainer.lr_scheduler_configs
-    if configs and hasattr(configs[0].scheduler, "get_last_lr"):
-        return configs[0].scheduler.get_last_lr()[0]
-    return trainer.optimizers[0].param_groups[0]["lr"]
-
-
 def _count_tokens(module: Any, inputs: Any, mode: str, processing_class: Any, trainer: Any) -> int:
     """Input tokens of one micro-batch (all, or ``"non_padding"`` ones), summed over processes."""
-    model = getattr(module.model, "module", module.model)
+    model = unwrap_model(module.model)
     main_input = getattr(model, "main_input_name", "input_ids")
     if main_input not in inputs:
         return 0

@@ -44,6 +44,7 @@ from hf_lightning.callbacks.hf_api import (
 from hf_lightning.callbacks.log_history import TrainingLog
 from hf_lightning.checkpointing.durability import wait_for_flushes
 from hf_lightning.hooks import TrainerHooks
+from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.resume import CheckpointResume
 from hf_lightning.state import TrainerControl, TrainerState
@@ -162,9 +163,7 @@ class HFFlowCallback(pl.Callback):
         state.is_local_process_zero = trainer.local_rank == 0
         state.is_world_process_zero = trainer.global_rank == 0
         self.state = state
-        self.handler.optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        configs = trainer.lr_scheduler_configs
-        self.handler.lr_scheduler = configs[0].scheduler if configs else None
+        self.handler.optimizer, self.handler.lr_scheduler = fit_optimizer_and_scheduler(trainer)
         self.handler.train_dataloader = getattr(trainer.datamodule, "train_loader", lambda: None)()
         if self.resume.folder is not None:
             self.resume.restore_training(trainer, pl_module, state)

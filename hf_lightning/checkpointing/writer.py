@@ -45,7 +45,7 @@ from hf_lightning.checkpointing.model_state import ModelState, PlainModelState
 from hf_lightning.checkpointing.rng import capture_rng_state
 from hf_lightning.checkpointing.safe_load import mask_tokens
 
-__all__ = ["CheckpointContents", "save_model_files", "save_training_args", "write_checkpoint"]
+__all__ = ["CheckpointContents", "is_saving_process", "save_model_files", "save_training_args", "write_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,16 @@ class CheckpointContents:
     barrier: Callable[[], None] | None = None
     keep_replaced: bool = False
     flush_in_background: bool = False
+
+
+def is_saving_process(args: Any, global_rank: int, local_rank: int) -> bool:
+    """Whether this process writes the shared checkpoint files (HF's ``args.should_save``).
+
+    Global rank 0, or every node's local rank 0 with ``save_on_each_node`` (nodes that share no filesystem).
+    """
+    if getattr(args, "save_on_each_node", False):
+        return local_rank == 0
+    return global_rank == 0
 
 
 # ---- the files of a model folder -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
-from hf_lightning._utils import enum_value, has_len
+from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
@@ -90,7 +90,7 @@ class HFDataModule(pl.LightningDataModule):
         if self.model is None:
             return None
         if self._signature is None:
-            self._signature = signature_columns(getattr(self.model, "module", self.model), self.label_names)
+            self._signature = signature_columns(unwrap_model(self.model), self.label_names)
         return self._signature
 
     def _prepare(self, dataset: Any, description: str) -> tuple[Any, Callable]:

@@ -14,6 +14,8 @@ from hf_lightning.optim.schedulers import (
     SCHEDULER_REGISTRY,
     create_scheduler,
     get_scheduler,
+    current_learning_rate,
+    fit_optimizer_and_scheduler,
     is_metric_driven,
     resolve_warmup_steps,
 )
@@ -58,6 +60,8 @@ __all__ = [
     "get_reduce_on_plateau_schedule",
     "get_scheduler",
     "get_wsd_schedule",
+    "current_learning_rate",
+    "fit_optimizer_and_scheduler",
     "is_metric_driven",
     "parse_optim_args",
     "resolve_warmup_steps",

@@ -250,3 +250,21 @@ def is_metric_driven(scheduler: Any) -> bool:
     transformers (passed through ``optimizers=``) is recognised by its class name.
     """
     return isinstance(scheduler, (ReduceLROnPlateau, GreedyLR)) or type(scheduler).__name__ == "GreedyLR"
+
+
+def current_learning_rate(optimizer: Any, scheduler: Any = None) -> float:
+    """The learning rate of the optimizer's first parameter group as HF logs it.
+
+    Read after ``optimizer.step()`` and before ``scheduler.step()`` it is the rate this update used. A metric-driven
+    scheduler (or none) changes the optimizer's rate in place, so that is read; otherwise the scheduler's last rate.
+    """
+    if scheduler is None or is_metric_driven(scheduler) or not hasattr(scheduler, "get_last_lr"):
+        return optimizer.param_groups[0]["lr"]
+    return scheduler.get_last_lr()[0]
+
+
+def fit_optimizer_and_scheduler(trainer: Any) -> tuple[Any, Any]:
+    """The optimizer and scheduler a ``lightning.Trainer`` fits with (HF has one of each), ``None`` for a missing one."""
+    optimizer = trainer.optimizers[0] if trainer.optimizers else None
+    configs = trainer.lr_scheduler_configs
+    return optimizer, (configs[0].scheduler if configs else None)

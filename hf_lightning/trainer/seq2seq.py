@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning._utils import unwrap_model
 from hf_lightning.outputs import PredictionOutput
 from hf_lightning.trainer.facade import Trainer
 
@@ -165,7 +166,7 @@ class Seq2SeqTrainer(Trainer):
         for key in ("num_beams", "max_length"):
             if key in gen_kwargs and gen_kwargs[key] is None:
                 gen_kwargs.pop(key)
-        generator = getattr(self.model, "module", self.model)
+        generator = unwrap_model(self.model)
         if not callable(getattr(generator, "generate", None)):
             raise ValueError(
                 f"predict_with_generate=True needs a model with a `generate` method; {type(generator).__name__} has "
