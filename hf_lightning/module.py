@@ -17,7 +17,7 @@ import contextlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
@@ -40,6 +40,9 @@ from hf_lightning.hooks import EventSink, TrainerHooks
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
 from hf_lightning.preflight import run_preflight
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 # HF's LOSS_MAPPING entries whose loss shifts labels (ForCausalLMLoss); used to count num_items_in_batch over
 # ``labels[..., 1:]``. A model from config whose ``loss_type`` is None (GPT-2) is counted unshifted — an HF quirk
@@ -91,7 +94,7 @@ class HFLightningModule(pl.LightningModule):
     def __init__(
         self,
         model: nn.Module,
-        args: Any,
+        args: TrainingArguments,
         *,
         compute_loss_func: Callable | None = None,
         compute_metrics: Callable | None = None,
@@ -127,7 +130,7 @@ class HFLightningModule(pl.LightningModule):
             config, "is_encoder_decoder", False
         )
         self.label_smoother = None
-        if getattr(args, "label_smoothing_factor", 0) != 0:
+        if args.label_smoothing_factor != 0:
             if getattr(config, "problem_type", None) == "multi_label_classification":
                 import warnings
 
@@ -138,11 +141,11 @@ class HFLightningModule(pl.LightningModule):
                 )
             else:
                 self.label_smoother = LabelSmoother(epsilon=args.label_smoothing_factor)
-        self.label_names = list(args.label_names) if getattr(args, "label_names", None) else find_labels(unwrapped)
+        self.label_names = list(args.label_names) if args.label_names else find_labels(unwrapped)
         self.can_return_loss = can_return_loss(unwrapped)
         # HF's Trainer sets the model's cache flag from args (default False); leaving it on changes bits.
         if config is not None and hasattr(config, "use_cache"):
-            config.use_cache = getattr(args, "use_cache", False)
+            config.use_cache = args.use_cache
         self.loss_is_scaled_for_ga = loss_is_scaled_for_ga
 
         self.plan: TrainingPlan | None = None
@@ -198,7 +201,7 @@ class HFLightningModule(pl.LightningModule):
             enable_activation_checkpointing(unwrap_model(self.model), self.args)
             compile_model(self.model, self.args)
             self._model_prepared = True
-        self._neftune_handle = activate_neftune(self.model, getattr(self.args, "neftune_noise_alpha", None))
+        self._neftune_handle = activate_neftune(self.model, self.args.neftune_noise_alpha)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit" and self._neftune_handle is not None:
@@ -250,7 +253,7 @@ class HFLightningModule(pl.LightningModule):
         except (TypeError, AttributeError):
             return None
         trainer = _compat.attached_trainer(self)
-        if getattr(self.args, "average_tokens_across_devices", True) and trainer is not None \
+        if self.args.average_tokens_across_devices and trainer is not None \
                 and trainer.world_size > 1:
             total = self.all_gather(total).sum()
         # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
@@ -275,7 +278,7 @@ class HFLightningModule(pl.LightningModule):
         else:
             loss = _loss_from_outputs(outputs, inputs)
         if (
-            getattr(self.args, "average_tokens_across_devices", True)
+            self.args.average_tokens_across_devices
             and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
             and num_items_in_batch is not None
         ):
@@ -298,9 +301,9 @@ class HFLightningModule(pl.LightningModule):
                 f"{','.join(signature_columns(unwrap_model(model), self.label_names))}."
             )
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        if getattr(self.args, "n_gpu", 0) > 1:
+        if self.args.n_gpu > 1:
             loss = loss.mean()
-        empty_every = getattr(self.args, "torch_empty_cache_steps", None)
+        empty_every = self.args.torch_empty_cache_steps
         if empty_every and self.trainer.global_step % empty_every == 0 and torch.cuda.is_available():
             torch.cuda.empty_cache()
         scaled = self.loss_is_scaled_for_ga
@@ -542,13 +545,13 @@ class HFLightningModule(pl.LightningModule):
         if prediction_loss_only is None:
             # HF skips the logits when nothing would read them.
             wants_outputs = keep or self.compute_metrics is not None or self.metrics is not None
-            prediction_loss_only = bool(getattr(self.args, "prediction_loss_only", False)) if wants_outputs else True
+            prediction_loss_only = bool(self.args.prediction_loss_only) if wants_outputs else True
         if self.model.training:  # Lightning's loop put the module in eval mode already, unless a hook changed it
             self.model.eval()
         inputs = dict(batch)
         loss, logits, labels = self.hooks.prediction_step(self.model, inputs, prediction_loss_only,
                                                           ignore_keys=request.ignore_keys)
-        include = getattr(self.args, "include_for_metrics", []) or []
+        include = self.args.include_for_metrics or []
         main_input = getattr(unwrap_model(self.model), "main_input_name", "input_ids")
         inputs_for_metrics = batch.get(main_input) if "inputs" in include else None
         batch_size = find_batch_size(batch) or 1

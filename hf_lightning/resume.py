@@ -38,6 +38,7 @@ from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.state import TrainerState, is_exportable_state
 
 if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
     from hf_lightning.callbacks.events import HFEvents
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class CheckpointResume:
         folder: the checkpoint this fit resumes from, or ``None``.
     """
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: TrainingArguments) -> None:
         self.args = args
         self.folder: str | None = None
         self._state: TrainerState | None = None
@@ -113,7 +114,7 @@ class CheckpointResume:
         _warn_changed_args(self.args, state)
         self._state = state
         plan = module.plan
-        windows_done = 0 if getattr(self.args, "ignore_data_skip", False) \
+        windows_done = 0 if self.args.ignore_data_skip \
             else state.global_step % plan.update_steps_per_epoch
         self._micro_batches_done = windows_done * plan.gradient_accumulation_steps
         datamodule = trainer.datamodule
@@ -188,7 +189,7 @@ class CheckpointResume:
         self._rng_moment = None
 
 
-def _warn_changed_args(args: Any, state: TrainerState) -> None:
+def _warn_changed_args(args: TrainingArguments, state: TrainerState) -> None:
     changed = [
         name for name, saved in (("logging_steps", state.logging_steps), ("eval_steps", state.eval_steps),
                                  ("save_steps", state.save_steps))

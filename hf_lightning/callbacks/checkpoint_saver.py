@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 
@@ -38,6 +38,9 @@ from hf_lightning.checkpointing.writer import CheckpointContents, is_saving_proc
 from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.state import TrainerState
 
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+
 logger = logging.getLogger(__name__)
 
 
@@ -51,7 +54,7 @@ class CheckpointSaver:
         data_collator: its tokenizer is saved when there is no processing class.
     """
 
-    def __init__(self, args: Any, processing_class: Any = None, data_collator: Any = None) -> None:
+    def __init__(self, args: TrainingArguments, processing_class: Any = None, data_collator: Any = None) -> None:
         self.args = args
         self.processing_class = processing_class
         self.data_collator = data_collator
@@ -128,7 +131,7 @@ class CheckpointSaver:
             args=args,
             processing_class=self.processing_class,
             data_collator=self.data_collator,
-            save_only_model=getattr(args, "save_only_model", False),
+            save_only_model=args.save_only_model,
             process_index=trainer.global_rank,
             world_size=trainer.world_size,
             should_save=should_save,
@@ -164,7 +167,7 @@ class CheckpointSaver:
         """HF's end of training: load the best model (``load_best_model_at_end``), then the ``save_total_limit=1``
         cleanup (call :meth:`wait_until_written` first)."""
         args = self.args
-        if getattr(args, "load_best_model_at_end", False) and state.best_model_checkpoint is not None:
+        if args.load_best_model_at_end and state.best_model_checkpoint is not None:
             load_model_weights(module.model, state.best_model_checkpoint, strict=False)
         if self.is_saving_process(trainer) and state.best_model_checkpoint is not None \
                 and args.save_total_limit == 1:

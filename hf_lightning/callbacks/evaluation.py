@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -27,8 +27,11 @@ from hf_lightning.evaluation import EvalAccumulator, EvalRequest, dataset_prefix
 from hf_lightning.optim import fit_optimizer_and_scheduler, is_metric_driven
 from hf_lightning.state import TrainerState
 
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
-def update_best_metric(args: Any, state: TrainerState, metrics: dict[str, float]) -> bool:
+
+def update_best_metric(args: TrainingArguments, state: TrainerState, metrics: dict[str, float]) -> bool:
     """HF's ``_determine_best_metric``: record a new best ``metric_for_best_model`` in ``state``.
 
     Args:
@@ -63,7 +66,7 @@ def update_best_metric(args: Any, state: TrainerState, metrics: dict[str, float]
     return False
 
 
-def step_metric_scheduler(trainer: pl.Trainer, metrics: dict[str, float], args: Any) -> None:
+def step_metric_scheduler(trainer: pl.Trainer, metrics: dict[str, float], args: TrainingArguments) -> None:
     """Step a plateau-style scheduler (``ReduceLROnPlateau``, ``GreedyLR``) on ``metric_for_best_model``.
 
     Raises:

@@ -66,7 +66,7 @@ class TrainingLog:
         """Add one micro-batch's loss, FLOs and (with ``include_num_input_tokens_seen``) input tokens."""
         args, state = self.events.args, self.events.state
         tr_loss = self.tr_loss
-        if not getattr(args, "logging_nan_inf_filter", True):
+        if not args.logging_nan_inf_filter:
             self.tr_loss = tr_loss + loss
         elif loss.device.type == "cpu":
             # HF adds the running average instead of a non-finite loss. On the CPU, reading the flag costs no
@@ -80,7 +80,7 @@ class TrainingLog:
             fallback = tr_loss / (1 + state.global_step - self.globalstep_last_logged)
             self.tr_loss = torch.where(torch.isfinite(loss), tr_loss + loss, tr_loss + fallback)
         self.current_flos += module.floating_point_ops(inputs)
-        mode = getattr(args, "include_num_input_tokens_seen", "no")
+        mode = args.include_num_input_tokens_seen
         if mode not in ("no", False, None):
             state.num_input_tokens_seen += _count_tokens(module, inputs, mode, self.processing_class, self.trainer)
 
@@ -150,7 +150,7 @@ class TrainingLog:
         args, state = self.events.args, self.events.state
         if state.epoch is not None:
             logs["epoch"] = state.epoch
-        if getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
+        if args.include_num_input_tokens_seen not in ("no", False, None):
             logs["num_input_tokens_seen"] = state.num_input_tokens_seen
             if start_time is not None:
                 logs.update(speed_metrics("train", start_time,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 
@@ -49,6 +49,9 @@ from hf_lightning.outputs import TrainOutput
 from hf_lightning.resume import CheckpointResume
 from hf_lightning.state import TrainerControl, TrainerState
 
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+
 
 class HFFlowCallback(pl.Callback):
     """Drives HF's ``TrainerState``/``TrainerControl``/callbacks from Lightning's training hooks.
@@ -69,14 +72,14 @@ class HFFlowCallback(pl.Callback):
     that trainer's settings (Lightning's own validation trigger and checkpointing off).
     """
 
-    def __init__(self, args: Any, callbacks: list | None = None, processing_class: Any = None,
+    def __init__(self, args: TrainingArguments, callbacks: list | None = None, processing_class: Any = None,
                  data_collator: Callable | None = None, hooks: TrainerHooks | None = None, hf_progress: bool = False,
                  eval_loss_full_batch_weight: bool = False) -> None:
         self.args = args
         # HF appends PrinterCallback (disable_tqdm) or ProgressCallback after the user's callbacks. The facade asks
         # for HF's own bar (hf_progress=True, the output HF users know); the Lightning-native path keeps
         # Lightning's progress bar instead.
-        if getattr(args, "disable_tqdm", False):
+        if args.disable_tqdm:
             progress = [PrinterCallback]
         else:
             progress = [ProgressCallback] if hf_progress else []
@@ -156,7 +159,7 @@ class HFFlowCallback(pl.Callback):
             state = TrainerState(stateful_callbacks=self.events.exportable_callbacks())
             state.train_batch_size = args.train_batch_size
             state.compute_steps(args, plan.max_steps)
-        elif getattr(args, "restore_callback_states_from_checkpoint", False):
+        elif args.restore_callback_states_from_checkpoint:
             self.resume.restore_callback_states(state, self.events)
         state.max_steps = plan.max_steps
         state.num_train_epochs = plan.num_train_epochs
@@ -170,7 +173,7 @@ class HFFlowCallback(pl.Callback):
         self.logbook.start(pl_module.device)
         self.saver.start(trainer, pl_module, state, self.resume.folder, started=self.logbook.start_time)
         self.events.fire("on_train_begin")
-        if getattr(args, "eval_on_start", False):
+        if args.eval_on_start:
             self._evaluate(trainer, step_scheduler=False)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -22,6 +22,9 @@ from hf_lightning.data.collators import DataCollatorWithPadding, default_data_co
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
 from hf_lightning.data.windows import WindowedLoader
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 
 def _is_hf_dataset(dataset: Any) -> bool:
@@ -53,7 +56,7 @@ class HFDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        args: Any,
+        args: TrainingArguments,
         train_dataset: Dataset | IterableDataset | None = None,
         eval_dataset: Dataset | Mapping[str, Dataset] | None = None,
         test_dataset: Dataset | None = None,
@@ -72,7 +75,7 @@ class HFDataModule(pl.LightningDataModule):
             data_collator = DataCollatorWithPadding(processing_class) if can_pad else default_data_collator
         self.data_collator = data_collator
         self.model = model
-        self.label_names: list[str] | None = list(args.label_names) if getattr(args, "label_names", None) else None
+        self.label_names: list[str] | None = list(args.label_names) if args.label_names else None
         self._train_loader: DataLoader | None = None
         self._signature: list[str] | None = None
         self._skip_windows = 0
@@ -97,7 +100,7 @@ class HFDataModule(pl.LightningDataModule):
         """Apply ``remove_unused_columns`` to a dataset; returns it with the collator to use."""
         collator = self.data_collator
         columns = self._signature_columns()
-        if not getattr(self.args, "remove_unused_columns", True) or columns is None:
+        if not self.args.remove_unused_columns or columns is None:
             return dataset, collator
         if _is_hf_dataset(dataset):
             return remove_unused_columns(dataset, columns, description=description), collator
@@ -106,14 +109,14 @@ class HFDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ train
     def _loader_kwargs(self) -> dict[str, Any]:
         args = self.args
-        workers = int(getattr(args, "dataloader_num_workers", 0) or 0)
-        pin = bool(getattr(args, "dataloader_pin_memory", True)) and torch.cuda.is_available() and not getattr(
+        workers = int(args.dataloader_num_workers or 0)
+        pin = bool(args.dataloader_pin_memory) and torch.cuda.is_available() and not getattr(
             args, "use_cpu", False
         )
         kwargs: dict[str, Any] = {"num_workers": workers, "pin_memory": pin}
         if workers > 0:
-            kwargs["persistent_workers"] = bool(getattr(args, "dataloader_persistent_workers", False))
-            prefetch = getattr(args, "dataloader_prefetch_factor", None)
+            kwargs["persistent_workers"] = bool(args.dataloader_persistent_workers)
+            prefetch = args.dataloader_prefetch_factor
             if prefetch is not None:
                 kwargs["prefetch_factor"] = prefetch
         return kwargs
@@ -122,7 +125,7 @@ class HFDataModule(pl.LightningDataModule):
         if isinstance(dataset, IterableDataset) or not has_len(dataset):
             return None
         args = self.args
-        strategy = enum_value(getattr(args, "train_sampling_strategy", "random"))
+        strategy = enum_value(args.train_sampling_strategy)
         if strategy not in ("random", "sequential", "group_by_length"):
             raise ValueError(
                 f"train_sampling_strategy={strategy!r} is not supported by hf_lightning; use 'random', "
@@ -132,7 +135,7 @@ class HFDataModule(pl.LightningDataModule):
             return SequentialSampler(dataset)
         if strategy == "group_by_length":
             lengths = None
-            column = getattr(args, "length_column_name", "length")
+            column = args.length_column_name
             if _is_hf_dataset(dataset) and column in dataset.column_names:
                 lengths = dataset[column]
             model_input_name = getattr(self.processing_class, "model_input_names", ["input_ids"])[0] \
@@ -145,7 +148,7 @@ class HFDataModule(pl.LightningDataModule):
             )
         # HF (through accelerate) seeds the shuffle with data_seed, else the torch seed in force when the train
         # loader is prepared: args.seed after the Trainer's set_seed, unless model_init reseeded.
-        seed = args.data_seed if getattr(args, "data_seed", None) is not None else torch.initial_seed()
+        seed = args.data_seed if args.data_seed is not None else torch.initial_seed()
         return SeedableRandomSampler(dataset, seed)
 
     def set_train_loader(self, loader: Any) -> None:
@@ -180,7 +183,7 @@ class HFDataModule(pl.LightningDataModule):
             world, rank = self._layout()
             batch_size = self.args.train_batch_size
             if sampler is not None:
-                drop_last = bool(getattr(self.args, "dataloader_drop_last", False))
+                drop_last = bool(self.args.dataloader_drop_last)
                 if kwargs["num_workers"] > 0:
                     kwargs["worker_init_fn"] = lambda wid: _seed_worker(wid, kwargs["num_workers"], rank)
                 if world > 1:
@@ -239,7 +242,7 @@ class HFDataModule(pl.LightningDataModule):
         kwargs = self._loader_kwargs()
         if not isinstance(dataset, IterableDataset) and has_len(dataset):
             kwargs["sampler"] = SequentialSampler(dataset)
-            kwargs["drop_last"] = bool(getattr(self.args, "dataloader_drop_last", False))
+            kwargs["drop_last"] = bool(self.args.dataloader_drop_last)
         return DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **kwargs)
 
     def val_dataloader(self) -> list[DataLoader]:

@@ -87,7 +87,7 @@ class Trainer:
 
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
-        if getattr(args, "full_determinism", False):
+        if args.full_determinism:
             enable_full_determinism(args.seed)
         else:
             set_seed(args.seed)
@@ -135,7 +135,7 @@ class Trainer:
         self._module: HFLightningModule | None = None
         self._datamodule: HFDataModule | None = None
         self._pl_trainer = None
-        if getattr(args, "should_save", True) and args.output_dir:
+        if args.should_save and args.output_dir:
             # A clear error naming output_dir (a file, or under a file, or not writable) before anything is made.
             check_output_dir(args.output_dir)
             os.makedirs(args.output_dir, exist_ok=True)
@@ -340,9 +340,9 @@ class Trainer:
         )
         prep_start = time.time()
         # HF casts the model itself for full-precision evaluation (and leaves it cast).
-        if getattr(self.args, "fp16_full_eval", False):
+        if self.args.fp16_full_eval:
             self.model.to(dtype=torch.float16)
-        elif getattr(self.args, "bf16_full_eval", False):
+        elif self.args.bf16_full_eval:
             self.model.to(dtype=torch.bfloat16)
         # After a train() the evaluation goes to the same loggers (HF's TensorBoard keeps its writer's folder).
         loggers = list(self._pl_trainer.loggers) if self._pl_trainer is not None else []
@@ -406,14 +406,14 @@ class Trainer:
         from hf_lightning.checkpointing.writer import save_model_files
 
         output_dir = output_dir or self.args.output_dir
-        if getattr(self.args, "should_save", True):
+        if self.args.should_save:
             os.makedirs(output_dir, exist_ok=True)
             save_model_files(self.model, output_dir, processing_class=self.processing_class,
                              data_collator=self.data_collator, args=self.args)
 
     def save_state(self) -> None:
         """Write ``trainer_state.json`` to ``output_dir``."""
-        if getattr(self.args, "should_save", True):
+        if self.args.should_save:
             self.state.save_to_json(os.path.join(self.args.output_dir, "trainer_state.json"))
 
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
