@@ -104,23 +104,11 @@ class HFFlowCallback(pl.Callback):
         """HF's ``CallbackHandler`` (the HF-style callbacks, in HF's order)."""
         return self.events.handler
 
-    @property
-    def state(self) -> TrainerState:
-        """HF's ``TrainerState`` of the current (or last) run."""
-        return self.events.state
-
-    @state.setter
-    def state(self, state: TrainerState) -> None:
-        self.events.state = state
-
-    @property
-    def control(self) -> TrainerControl:
-        """HF's ``TrainerControl``."""
-        return self.events.control
-
-    @control.setter
-    def control(self, control: TrainerControl) -> None:
-        self.events.control = control
+    # The run's state and control live on the shared HFEvents, where the helpers read and replace them.
+    state = property(lambda self: self.events.state, lambda self, value: setattr(self.events, "state", value),
+                     doc="HF's ``TrainerState`` of the current (or last) run.")
+    control = property(lambda self: self.events.control,
+                       lambda self, value: setattr(self.events, "control", value), doc="HF's ``TrainerControl``.")
 
     def add_callback(self, callback: Any) -> None:
         self.handler.add_callback(callback)
