@@ -560,8 +560,20 @@ class Trainer:
         raise ValueError("push_to_hub is not supported by hf_lightning (no hub access); save_model() writes the "
                          "files you can upload yourself.")
 
-    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        raise ValueError("create_model_card is not supported by hf_lightning (it is a hub feature).")
+    def create_model_card(self, language: str | None = None, license: str | None = None,
+                          tags: str | list[str] | None = None, model_name: str | None = None,
+                          finetuned_from: str | None = None, tasks: str | list[str] | None = None,
+                          dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
+                          dataset_args: str | list[str] | None = None) -> None:
+        """Draft HF's model card as ``README.md`` in ``output_dir`` (offline; world process zero only).
+
+        As in HF, ``save_model`` does not call it (only ``push_to_hub`` does, which hf_lightning refuses).
+        """
+        from hf_lightning.trainer.model_card import write_model_card
+
+        write_model_card(self, language=language, license=license, tags=tags, model_name=model_name,
+                         finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags, dataset=dataset,
+                         dataset_args=dataset_args)
 
     def init_hf_repo(self, *args: Any, **kwargs: Any) -> None:
         raise ValueError("init_hf_repo is not supported by hf_lightning (no hub access).")
