@@ -1,8 +1,8 @@
 """Batch collators that give the same tensors as transformers' data collators (5.23).
 
 Every collator returns torch tensors, or numpy arrays with ``return_tensors="np"`` (HF's two options; the
-arrays are the torch batch converted, so the masking draws stay torch's). Padding goes through ``tokenizer.pad(...)`` when the tokenizer
-has one (any HF tokenizer, so the output is exactly HF's ``BatchEncoding``); otherwise a built-in padder is used
+arrays are the torch batch converted, so the masking draws stay torch's). Padding goes through
+``tokenizer.pad(...)`` when the tokenizer has one (any HF tokenizer, so the output is exactly HF's ``BatchEncoding``); otherwise a built-in padder is used
 that needs only a few attributes of a *tokenizer-like* object:
 
 - ``pad_token_id`` and ``padding_side`` (``"right"`` if missing) -- always;

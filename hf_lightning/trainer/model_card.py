@@ -133,7 +133,8 @@ def make_markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
             widths[key] = max(widths[key], len(_fmt(value)))
 
     def line(cells: Sequence[str]) -> str:
-        return "".join(f"| {cell}{' ' * (width - len(cell) + 1)}" for cell, width in zip(cells, widths.values())) + "|\n"
+        cells = [f"| {cell}{' ' * (width - len(cell) + 1)}" for cell, width in zip(cells, widths.values())]
+        return "".join(cells) + "|\n"
 
     table = line([str(key) for key in rows[0]])
     table += "".join(f"|:{'-' * width}:" for width in widths.values()) + "|\n"
