@@ -23,21 +23,27 @@ if TYPE_CHECKING:
         ProgressCallback,
         TrainerCallback,
     )
+    from hf_lightning.checkpointing.hf_functions import rotate_checkpoints, sort_checkpoints
     from hf_lightning.checkpointing.paths import get_last_checkpoint
     from hf_lightning.data.collators import (
         DataCollatorForLanguageModeling,
+        DataCollatorForMultipleChoice,
         DataCollatorForSeq2Seq,
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
+        DefaultDataCollator,
         default_data_collator,
     )
+    from hf_lightning.data.columns import RemoveColumnsCollator
     from hf_lightning.data.datamodule import HFDataModule
     from hf_lightning.data.label_smoothing import LabelSmoother
+    from hf_lightning.data.samplers import LengthGroupedSampler
     from hf_lightning.module import HFLightningModule
+    from hf_lightning.optim.greedy import GreedyLR
     from hf_lightning.optim.schedulers import get_scheduler
     from hf_lightning.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, TrainOutput
     from hf_lightning.seed import enable_full_determinism, set_seed
-    from hf_lightning.state import TrainerControl, TrainerState
+    from hf_lightning.state import ExportableState, TrainerControl, TrainerState
     from hf_lightning.trainer.build import build_lightning_trainer
     from hf_lightning.trainer.facade import Trainer
     from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
@@ -55,18 +61,23 @@ __getattr__, __dir__ = lazy_exports(__name__, {
         "CallbackHandler", "DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback",
         "TrainerCallback",
     ),
+    "hf_lightning.checkpointing.hf_functions": ("rotate_checkpoints", "sort_checkpoints"),
     "hf_lightning.checkpointing.paths": ("get_last_checkpoint",),
     "hf_lightning.data.collators": (
-        "DataCollatorForLanguageModeling", "DataCollatorForSeq2Seq", "DataCollatorForTokenClassification",
-        "DataCollatorWithPadding", "default_data_collator",
+        "DataCollatorForLanguageModeling", "DataCollatorForMultipleChoice", "DataCollatorForSeq2Seq",
+        "DataCollatorForTokenClassification", "DataCollatorWithPadding", "DefaultDataCollator",
+        "default_data_collator",
     ),
+    "hf_lightning.data.columns": ("RemoveColumnsCollator",),
     "hf_lightning.data.datamodule": ("HFDataModule",),
     "hf_lightning.data.label_smoothing": ("LabelSmoother",),
+    "hf_lightning.data.samplers": ("LengthGroupedSampler",),
     "hf_lightning.module": ("HFLightningModule",),
+    "hf_lightning.optim.greedy": ("GreedyLR",),
     "hf_lightning.optim.schedulers": ("get_scheduler",),
     "hf_lightning.outputs": ("EvalLoopOutput", "EvalPrediction", "PredictionOutput", "TrainOutput"),
     "hf_lightning.seed": ("enable_full_determinism", "set_seed"),
-    "hf_lightning.state": ("TrainerControl", "TrainerState"),
+    "hf_lightning.state": ("ExportableState", "TrainerControl", "TrainerState"),
     "hf_lightning.trainer.build": ("build_lightning_trainer",),
     "hf_lightning.trainer.facade": ("Trainer",),
     "hf_lightning.trainer.seq2seq": ("Seq2SeqTrainer",),
@@ -75,21 +86,27 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 __all__ = [
     "CallbackHandler",
     "DataCollatorForLanguageModeling",
+    "DataCollatorForMultipleChoice",
     "DataCollatorForSeq2Seq",
     "DataCollatorForTokenClassification",
     "DataCollatorWithPadding",
+    "DefaultDataCollator",
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
     "EvalLoopOutput",
     "EvalPrediction",
+    "ExportableState",
+    "GreedyLR",
     "HFDataModule",
     "HFLightningModule",
     "HfArgumentParser",
     "IntervalStrategy",
     "LabelSmoother",
+    "LengthGroupedSampler",
     "PredictionOutput",
     "PrinterCallback",
     "ProgressCallback",
+    "RemoveColumnsCollator",
     "SaveStrategy",
     "SchedulerType",
     "Seq2SeqTrainer",
@@ -105,5 +122,7 @@ __all__ = [
     "enable_full_determinism",
     "get_last_checkpoint",
     "get_scheduler",
+    "rotate_checkpoints",
     "set_seed",
+    "sort_checkpoints",
 ]

@@ -28,7 +28,7 @@ from hf_lightning import _compat
 from hf_lightning._utils import unwrap_model
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
-from hf_lightning.data.label_smoothing import LabelSmoother, label_smoother_shifts_labels
+from hf_lightning.data.label_smoothing import label_smoother_for, label_smoother_shifts_labels
 from hf_lightning.evaluation import (
     EvalAccumulator,
     EvalRequest,
@@ -56,6 +56,8 @@ def _plain_train_method(method: Any) -> bool:
         getattr(method, "__qualname__", None) == "PreTrainedModel.train"
         and getattr(method, "__module__", None) == "transformers.modeling_utils"
     )
+
+_UNDECIDED = object()
 
 
 class HFLightningModule(pl.LightningModule):
@@ -129,18 +131,9 @@ class HFLightningModule(pl.LightningModule):
         self.loss_shifts_labels = getattr(unwrapped, "loss_type", None) in _SHIFTING_LOSS_TYPES and not getattr(
             config, "is_encoder_decoder", False
         )
-        self.label_smoother = None
-        if args.label_smoothing_factor != 0:
-            if getattr(config, "problem_type", None) == "multi_label_classification":
-                import warnings
-
-                warnings.warn(
-                    "Label smoothing is not compatible with multi-label classification. "
-                    "Disabling label smoothing for this training run.",
-                    stacklevel=2,
-                )
-            else:
-                self.label_smoother = LabelSmoother(epsilon=args.label_smoothing_factor)
+        # The HF-style facade decides (and warns) at Trainer(), as HF does; a bare module decides here.
+        smoother = getattr(hooks, "label_smoother", _UNDECIDED)
+        self.label_smoother = label_smoother_for(args, unwrapped) if smoother is _UNDECIDED else smoother
         self.label_names = list(args.label_names) if args.label_names else find_labels(unwrapped)
         self.can_return_loss = can_return_loss(unwrapped)
         # HF's Trainer sets the model's cache flag from args (default False); leaving it on changes bits.

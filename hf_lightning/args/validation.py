@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -290,8 +290,9 @@ def check_trainer_inputs(args: TrainingArguments, *, train_dataset: Any = None, 
     Raises:
         ValueError: an eval strategy without an ``eval_dataset``; ``save_strategy="best"`` or
             ``load_best_model_at_end`` without ``metric_for_best_model``; ``batch_eval_metrics`` with a
-            ``compute_metrics`` that takes no ``compute_result``; a train dataset without a length and no
-            ``max_steps``; ``group_by_length`` over an ``IterableDataset``.
+            ``compute_metrics`` that takes no ``compute_result``; a dict of datasets (a ``DatasetDict``) as the
+            train dataset; a train dataset without a length and no ``max_steps``; ``group_by_length`` over an
+            ``IterableDataset``.
     """
     if enum_value(args.eval_strategy) != "no" and eval_dataset is None:
         raise ValueError(
@@ -311,6 +312,12 @@ def check_trainer_inputs(args: TrainingArguments, *, train_dataset: Any = None, 
                 " boolean argument which will be triggered after the last batch of the eval set to signal that"
                 " the summary statistics should be returned by the function."
             )
+    if isinstance(train_dataset, Mapping):
+        splits = ", ".join(repr(name) for name in list(train_dataset)[:5])
+        raise ValueError(
+            f"train_dataset is a dict of datasets ({type(train_dataset).__name__} with splits {splits}), but the "
+            "Trainer trains on one dataset. Pass a single split, e.g. `train_dataset=dataset[\"train\"]`."
+        )
     if train_dataset is not None and not has_len(train_dataset) and args.max_steps <= 0:
         raise ValueError(
             "The train_dataset does not implement __len__, max_steps has to be specified. The number of steps "

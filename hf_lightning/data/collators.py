@@ -1,7 +1,8 @@
 """Batch collators that give the same tensors as transformers' data collators (5.23).
 
-Every collator here returns torch tensors only. Padding goes through ``tokenizer.pad(...)`` when the tokenizer
-has one (any HF tokenizer, so the output is exactly HF's ``BatchEncoding``); otherwise a built-in padder is used
+Every collator returns torch tensors, or numpy arrays with ``return_tensors="np"`` (HF's two options; the
+arrays are the torch batch converted, so the masking draws stay torch's). Padding goes through
+``tokenizer.pad(...)`` when the tokenizer has one (any HF tokenizer, so the output is exactly HF's ``BatchEncoding``); otherwise a built-in padder is used
 that needs only a few attributes of a *tokenizer-like* object:
 
 - ``pad_token_id`` and ``padding_side`` (``"right"`` if missing) -- always;
@@ -27,6 +28,7 @@ import torch
 
 __all__ = [
     "DataCollatorForLanguageModeling",
+    "DataCollatorForMultipleChoice",
     "DataCollatorForSeq2Seq",
     "DataCollatorForTokenClassification",
     "DataCollatorWithPadding",
@@ -49,11 +51,18 @@ _NO_LENGTH_LIMIT = int(1e20)
 
 
 def _check_return_tensors(return_tensors: Any, owner: str) -> None:
-    if return_tensors != "pt":
+    if return_tensors not in ("pt", "np"):
         raise ValueError(
             f"{owner}: return_tensors={return_tensors!r} is not supported; hf_lightning collators build torch "
-            "tensors only. Pass return_tensors='pt' (the default)."
+            "tensors or numpy arrays. Pass return_tensors='pt' (the default) or 'np'."
         )
+
+
+def _finish(batch: Any, return_tensors: str) -> Any:
+    """The batch as built (torch), or with every tensor as a numpy array for ``return_tensors="np"``."""
+    if return_tensors != "np":
+        return batch
+    return {key: value.numpy() if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
 
 def _padding_mode(padding: Any) -> str:
@@ -330,13 +339,13 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
 
     Args:
         features: The examples.
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
 
     Returns:
         The batch as a dict of tensors.
 
     Raises:
-        ValueError: ``return_tensors`` other than ``"pt"``, or no examples.
+        ValueError: ``return_tensors`` other than ``"pt"`` / ``"np"``, or no examples.
 
     Example:
         >>> default_data_collator([{"x": [1.0, 2.0], "label": 0}, {"x": [3.0, 4.0], "label": 1}])["labels"]
@@ -345,6 +354,8 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     _check_return_tensors(return_tensors, "default_data_collator")
     if len(features) == 0:
         raise ValueError("default_data_collator got an empty list of examples.")
+    if return_tensors == "np":
+        return _numpy_default_data_collator(features)
     if not isinstance(features[0], Mapping):
         features = [vars(feature) for feature in features]
     first = features[0]
@@ -376,12 +387,36 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     return batch
 
 
+def _numpy_default_data_collator(features: list[Any]) -> dict[str, Any]:
+    """HF's numpy variant: the same keys, ``np.array`` / ``np.stack`` (so float lists stay float64)."""
+    if not isinstance(features[0], Mapping):
+        features = [vars(feature) for feature in features]
+    first = features[0]
+    batch: dict[str, Any] = {}
+    if first.get("label") is not None:
+        label = first["label"].item() if isinstance(first["label"], np.ndarray) else first["label"]
+        dtype = np.int64 if _is_integer(label) else np.float32
+        batch["labels"] = np.array([feature["label"] for feature in features], dtype=dtype)
+    elif first.get("label_ids") is not None:
+        if isinstance(first["label_ids"], np.ndarray):
+            batch["labels"] = np.stack([feature["label_ids"] for feature in features])
+        else:
+            dtype = np.int64 if _is_integer(first["label_ids"][0]) else np.float32
+            batch["labels"] = np.array([feature["label_ids"] for feature in features], dtype=dtype)
+    for key, value in first.items():
+        if key in ("label", "label_ids") or value is None or isinstance(value, str):
+            continue
+        column = [feature[key] for feature in features]
+        batch[key] = np.stack(column) if isinstance(value, np.ndarray) else np.array(column)
+    return batch
+
+
 @dataclass
 class DefaultDataCollator:
     """:func:`default_data_collator` as an object (HF's ``DefaultDataCollator``).
 
     Args:
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
     """
 
     return_tensors: str = "pt"
@@ -399,8 +434,9 @@ class _TensorCollator:
     return_tensors: str
 
     def __call__(self, features: list[Any], return_tensors: str | None = None) -> dict[str, Any]:
-        _check_return_tensors(return_tensors or self.return_tensors, type(self).__name__)
-        return self.torch_call(features)
+        return_tensors = return_tensors or self.return_tensors
+        _check_return_tensors(return_tensors, type(self).__name__)
+        return _finish(self.torch_call(features), return_tensors)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -419,7 +455,7 @@ class DataCollatorWithPadding:
         padding: ``True``/``"longest"`` (default), ``"max_length"`` or ``False``/``"do_not_pad"``.
         max_length: Target length for ``padding="max_length"``.
         pad_to_multiple_of: Round the padded length up to a multiple of this.
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
     """
 
     tokenizer: Any
@@ -443,7 +479,7 @@ class DataCollatorWithPadding:
         for old_name in ("label", "label_ids"):
             if old_name in batch:
                 batch["labels"] = batch.pop(old_name)
-        return batch
+        return _finish(batch, self.return_tensors)
 
 
 @dataclass
@@ -459,7 +495,7 @@ class DataCollatorForTokenClassification(_TensorCollator):
         max_length: Target length for ``padding="max_length"``.
         pad_to_multiple_of: Round the padded length up to a multiple of this.
         label_pad_token_id: Value for padded label positions.
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
     """
 
     tokenizer: Any
@@ -511,7 +547,7 @@ class DataCollatorForSeq2Seq:
         max_length: Target length for ``padding="max_length"``.
         pad_to_multiple_of: Round the padded length up to a multiple of this.
         label_pad_token_id: Value for padded label positions.
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
     """
 
     tokenizer: Any
@@ -527,7 +563,11 @@ class DataCollatorForSeq2Seq:
         _padding_mode(self.padding)
 
     def __call__(self, features: list[Mapping[str, Any]], return_tensors: str | None = None) -> Mapping[str, Any]:
-        _check_return_tensors(return_tensors or self.return_tensors, type(self).__name__)
+        return_tensors = return_tensors or self.return_tensors
+        _check_return_tensors(return_tensors, type(self).__name__)
+        return _finish(self._collate(features), return_tensors)
+
+    def _collate(self, features: list[Mapping[str, Any]]) -> Mapping[str, Any]:
         label_name = "label" if "label" in features[0] else "labels"
         labels = [feature[label_name] for feature in features] if label_name in features[0] else None
         # `{"labels": None}` rows (e.g. a test split) mean "no labels", not a column of Nones.
@@ -562,6 +602,46 @@ class DataCollatorForSeq2Seq:
         prepare = getattr(self.model, "prepare_decoder_input_ids_from_labels", None)
         if self.model is not None and prepare is not None:
             batch["decoder_input_ids"] = prepare(labels=batch["labels"])
+        return batch
+
+
+@dataclass
+class DataCollatorForMultipleChoice(_TensorCollator):
+    """Pad every choice of every example to one length (HF's ``DataCollatorForMultipleChoice``).
+
+    Each example holds one list per input key (a row per choice) and a scalar ``label``/``labels``. All choices
+    are padded together through the tokenizer and returned as ``(batch, choices, length)``; labels as int64
+    ``labels``.
+
+    Args:
+        tokenizer: An HF tokenizer or a tokenizer-like object (see the module docstring).
+        padding: ``True``/``"longest"`` (default), ``"max_length"`` or ``False``/``"do_not_pad"``.
+        max_length: Target length for ``padding="max_length"``.
+        pad_to_multiple_of: Round the padded length up to a multiple of this.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
+    """
+
+    tokenizer: Any
+    padding: Any = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+
+    def __post_init__(self) -> None:
+        _check_return_tensors(self.return_tensors, type(self).__name__)
+        _padding_mode(self.padding)
+
+    def torch_call(self, features: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+        """Collate ``features`` into ``(batch, choices, length)`` tensors plus ``labels``."""
+        label_name = "label" if "label" in features[0] else "labels"
+        labels = [feature[label_name] for feature in features]
+        num_choices = len(features[0]["input_ids"])
+        flat = [{key: value[i] for key, value in feature.items() if key != label_name}
+                for feature in features for i in range(num_choices)]
+        padded = pad_features(self.tokenizer, flat, padding=self.padding, max_length=self.max_length,
+                              pad_to_multiple_of=self.pad_to_multiple_of)
+        batch = {key: value.view(len(features), num_choices, -1) for key, value in padded.items()}
+        batch["labels"] = torch.tensor(labels, dtype=torch.int64)
         return batch
 
 
@@ -633,7 +713,7 @@ class DataCollatorForLanguageModeling(_TensorCollator):
         mask_replace_prob: Share of selected tokens replaced by the mask token.
         random_replace_prob: Share of selected tokens replaced by a random token.
         pad_to_multiple_of: Round the padded length up to a multiple of this.
-        return_tensors: Must be ``"pt"``.
+        return_tensors: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
         seed: Seed of a private generator for the masking draws; ``None`` uses the global torch RNG.
 
     Raises:

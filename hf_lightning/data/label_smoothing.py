@@ -11,6 +11,7 @@ causal-LM classes, see :func:`label_smoother_shifts_labels`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from torch import nn
 
 from hf_lightning.data.columns import is_peft_model
 
-__all__ = ["LabelSmoother", "is_causal_lm_class_name", "label_smoother_shifts_labels"]
+__all__ = ["LabelSmoother", "is_causal_lm_class_name", "label_smoother_for", "label_smoother_shifts_labels"]
 
 
 @dataclass
@@ -136,3 +137,17 @@ def label_smoother_shifts_labels(model: nn.Module) -> bool:
     # HF reads the name of `base_model.model` under a PEFT wrapper (not `get_base_model()`).
     inner = model.base_model.model if is_peft_model(model) else model
     return is_causal_lm_class_name(type(inner).__name__)
+
+
+def label_smoother_for(args: Any, model: nn.Module) -> LabelSmoother | None:
+    """HF's ``Trainer.label_smoother``: a :class:`LabelSmoother` for ``label_smoothing_factor != 0``, else None.
+
+    As HF, a model configured for multi-label classification gets none, with HF's ``UserWarning``.
+    """
+    if args.label_smoothing_factor == 0:
+        return None
+    if getattr(getattr(model, "config", None), "problem_type", None) == "multi_label_classification":
+        warnings.warn("Label smoothing is not compatible with multi-label classification. "
+                      "Disabling label smoothing for this training run.", UserWarning, stacklevel=3)
+        return None
+    return LabelSmoother(epsilon=args.label_smoothing_factor)

@@ -26,6 +26,7 @@ from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.paths import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
+from hf_lightning.data.label_smoothing import label_smoother_for
 from hf_lightning.evaluation import EvalRequest, as_metric_collection, finish_eval_metrics
 from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
@@ -107,6 +108,8 @@ class Trainer:
         if model is None:
             model = self.call_model_init()
         self.model = model
+        # HF decides once, at construction (warning there for a multi-label model); train() uses this attribute.
+        self.label_smoother = label_smoother_for(args, model)
         if data_collator is None:
             # HF's default: pad through a processing class that can pad, else default_data_collator.
             can_pad = processing_class is not None and hasattr(processing_class, "pad")
@@ -277,11 +280,34 @@ class Trainer:
         return (self._datamodule or self._build_datamodule()).train_loader()
 
     def get_eval_dataloader(self, eval_dataset: Any = None):
+        """The evaluation ``DataLoader``; with ``dataloader_persistent_workers`` kept per eval dataset (HF's
+        ``_eval_dataloaders``) so its workers live across ``evaluate()`` calls."""
+        key = self._eval_loader_key(eval_dataset)
+        persistent = self.args.dataloader_persistent_workers and key is not None
+        if persistent and key in getattr(self, "_eval_dataloaders", {}):
+            return self._eval_dataloaders[key]
         dm = self._datamodule or self._build_datamodule()
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if isinstance(dataset, str):
             dataset = self.eval_dataset[dataset]
-        return dm.eval_loader(dataset)
+        loader = dm.eval_loader(dataset)
+        if persistent:
+            self._eval_dataloaders = {**getattr(self, "_eval_dataloaders", {}), key: loader}
+        return loader
+
+    def _eval_loader_key(self, eval_dataset: Any) -> str | None:
+        """HF's cache key: the name of one of the trainer's eval datasets, or "eval" for the trainer's own.
+
+        HF keys every dataset object passed in as "eval" (so another dataset would get the cached loader); a
+        dataset that is not the trainer's gets no key here, and so a fresh loader.
+        """
+        if eval_dataset is None or eval_dataset is self.eval_dataset:
+            return "eval"
+        if isinstance(eval_dataset, str):
+            return eval_dataset
+        if isinstance(self.eval_dataset, Mapping):
+            return next((name for name, ds in self.eval_dataset.items() if ds is eval_dataset), None)
+        return None
 
     def get_test_dataloader(self, test_dataset: Any):
         return (self._datamodule or self._build_datamodule()).eval_loader(test_dataset, "prediction")
@@ -560,8 +586,20 @@ class Trainer:
         raise ValueError("push_to_hub is not supported by hf_lightning (no hub access); save_model() writes the "
                          "files you can upload yourself.")
 
-    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        raise ValueError("create_model_card is not supported by hf_lightning (it is a hub feature).")
+    def create_model_card(self, language: str | None = None, license: str | None = None,
+                          tags: str | list[str] | None = None, model_name: str | None = None,
+                          finetuned_from: str | None = None, tasks: str | list[str] | None = None,
+                          dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
+                          dataset_args: str | list[str] | None = None) -> None:
+        """Draft HF's model card as ``README.md`` in ``output_dir`` (offline; world process zero only).
+
+        As in HF, ``save_model`` does not call it (only ``push_to_hub`` does, which hf_lightning refuses).
+        """
+        from hf_lightning.trainer.model_card import write_model_card
+
+        write_model_card(self, language=language, license=license, tags=tags, model_name=model_name,
+                         finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags, dataset=dataset,
+                         dataset_args=dataset_args)
 
     def init_hf_repo(self, *args: Any, **kwargs: Any) -> None:
         raise ValueError("init_hf_repo is not supported by hf_lightning (no hub access).")

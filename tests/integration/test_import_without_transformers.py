@@ -151,3 +151,27 @@ def test_demo_trains_without_transformers(hidden_run):
     assert "eval_loss" in result["stdout"]
     assert result["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
     assert (run_dir / "demo_output" / "model.safetensors").is_file()
+
+
+CARD_CHILD = """
+import torch
+
+import hf_lightning
+
+args = hf_lightning.TrainingArguments(output_dir="card_output", report_to="none", use_cpu=True)
+trainer = hf_lightning.Trainer(model=torch.nn.Linear(2, 1), args=args)
+trainer.state.log_history = [{"loss": 0.5, "epoch": 1.0, "step": 2},
+                             {"eval_loss": 0.4, "eval_accuracy": 0.75, "epoch": 1.0, "step": 2},
+                             {"train_runtime": 1.0, "epoch": 1.0, "step": 2}]
+trainer.create_model_card(tasks="text-classification", dataset_tags="glue", dataset="GLUE")
+report(card=open("card_output/README.md").read())
+"""
+
+
+def test_model_card_without_transformers(tmp_path):
+    result = _run_hidden(CARD_CHILD, tmp_path)
+    assert result["leaked"] == []
+    card = result["card"]
+    assert card.startswith("---\nlibrary_name: transformers\n")
+    assert "- hf_lightning " in card and "- Transformers" not in card
+    assert "| 0.5           | 1.0   | 2    | 0.4             | 0.75     |" in card

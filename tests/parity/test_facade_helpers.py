@@ -49,7 +49,7 @@ def test_helpers_match_hf(tmp_path):
 
 def test_hub_methods_are_refused(tmp_path):
     _, ours = _pair(tmp_path)
-    for name in ("push_to_hub", "create_model_card", "init_hf_repo"):
+    for name in ("push_to_hub", "init_hf_repo"):
         with pytest.raises(ValueError, match="not supported"):
             getattr(ours, name)()
 

@@ -12,6 +12,7 @@ import torch
 import transformers
 from hf_lightning.data.collators import (
     DataCollatorForLanguageModeling,
+    DataCollatorForMultipleChoice,
     DataCollatorForSeq2Seq,
     DataCollatorForTokenClassification,
     DataCollatorWithPadding,
@@ -73,19 +74,72 @@ def test_default_data_collator_matches_hf(case):
     assert_same_batch(DefaultDataCollator()(DEFAULT_CASES[case]()), theirs)
 
 
-@pytest.mark.parametrize("return_tensors", ["np", "tf", "jax"])
-def test_non_torch_return_tensors_are_refused(return_tensors, make_tokenizer):
+@pytest.mark.parametrize("return_tensors", ["tf", "jax"])
+def test_non_torch_non_numpy_return_tensors_are_refused(return_tensors, make_tokenizer):
     tokenizer = make_tokenizer()
-    with pytest.raises(ValueError, match="return_tensors='np'|return_tensors='tf'|return_tensors='jax'"):
+    with pytest.raises(ValueError, match="return_tensors='tf'|return_tensors='jax'"):
         default_data_collator([{"x": [1]}], return_tensors=return_tensors)
     for cls in (DataCollatorWithPadding, DataCollatorForTokenClassification, DataCollatorForSeq2Seq,
-                DataCollatorForLanguageModeling, DefaultDataCollator):
+                DataCollatorForLanguageModeling, DefaultDataCollator, DataCollatorForMultipleChoice):
         kwargs = {} if cls is DefaultDataCollator else {"tokenizer": tokenizer}
-        with pytest.raises(ValueError, match=f"{cls.__name__}: return_tensors=.*torch tensors only"):
+        with pytest.raises(ValueError, match=f"{cls.__name__}: return_tensors=.*Pass return_tensors='pt'"):
             cls(**kwargs, return_tensors=return_tensors)
     collator = DataCollatorForTokenClassification(tokenizer)
-    with pytest.raises(ValueError, match="return_tensors='np'.*Pass return_tensors='pt'"):
-        collator([{"input_ids": [2, 5, 3]}], return_tensors="np")
+    with pytest.raises(ValueError, match="return_tensors='tf'.*Pass return_tensors='pt'"):
+        collator([{"input_ids": [2, 5, 3]}], return_tensors="tf")
+
+
+def assert_same_arrays(ours, theirs):
+    assert list(ours.keys()) == list(theirs.keys())
+    for key, expected in theirs.items():
+        assert isinstance(ours[key], np.ndarray), key
+        assert ours[key].dtype == np.asarray(expected).dtype, key
+        np.testing.assert_array_equal(ours[key], np.asarray(expected), err_msg=key)
+
+
+@pytest.mark.parametrize("case", list(DEFAULT_CASES))
+def test_default_data_collator_numpy_matches_hf(case):
+    theirs = transformers.default_data_collator(DEFAULT_CASES[case](), return_tensors="np")
+    assert_same_arrays(default_data_collator(DEFAULT_CASES[case](), return_tensors="np"), theirs)
+    assert_same_arrays(DefaultDataCollator(return_tensors="np")(DEFAULT_CASES[case]()), theirs)
+
+
+def test_padding_collators_return_numpy_as_hf(make_tokenizer):
+    tokenizer = make_tokenizer("bert")
+    rows = [[2, 5, 6, 3], [2, 7, 3]]
+    features = lambda: [{"input_ids": r, "labels": [1] * len(r)} for r in rows]  # noqa: E731
+    cases = [(DataCollatorWithPadding, transformers.DataCollatorWithPadding,
+              lambda: [{"input_ids": r, "label": 1} for r in rows]),
+             (DataCollatorForTokenClassification, transformers.DataCollatorForTokenClassification, features),
+             (DataCollatorForSeq2Seq, transformers.DataCollatorForSeq2Seq, features)]
+    for ours_cls, hf_cls, make in cases:
+        theirs = hf_cls(tokenizer, return_tensors="np")(make())
+        assert_same_arrays(ours_cls(tokenizer, return_tensors="np")(make()), dict(theirs))
+    lm = DataCollatorForLanguageModeling(tokenizer, mlm=False, return_tensors="np")([{"input_ids": r} for r in rows])
+    theirs = transformers.DataCollatorForLanguageModeling(tokenizer, mlm=False, return_tensors="np")(
+        [{"input_ids": r} for r in rows])
+    assert_same_arrays(lm, dict(theirs))
+    # A torch-default collator asked for numpy per call, as HF's DataCollatorMixin allows.
+    per_call = DataCollatorForTokenClassification(tokenizer)(features(), return_tensors="np")
+    assert isinstance(per_call["input_ids"], np.ndarray)
+
+
+@pytest.mark.parametrize("options", [{}, {"pad_to_multiple_of": 4}, {"padding": "max_length", "max_length": 7}],
+                         ids=str)
+@pytest.mark.parametrize("label_key", ["label", "labels"])
+def test_multiple_choice_matches_hf(options, label_key, make_tokenizer):
+    tokenizer = make_tokenizer("bert")
+
+    def examples():
+        return [{"input_ids": [[2, 5, 3], [2, 6, 7, 8, 3]], "token_type_ids": [[0, 0, 0], [0, 0, 0, 1, 1]],
+                 "attention_mask": [[1, 1, 1], [1] * 5], label_key: 1},
+                {"input_ids": [[2, 9, 3], [2, 3]], "token_type_ids": [[0, 0, 0], [0, 0]],
+                 "attention_mask": [[1, 1, 1], [1, 1]], label_key: 0}]
+
+    theirs = transformers.DataCollatorForMultipleChoice(tokenizer, **options)(examples())
+    ours = DataCollatorForMultipleChoice(tokenizer, **options)(examples())
+    assert_same_batch(ours, theirs)
+    assert ours["input_ids"].shape[:2] == (2, 2)
 
 
 # ----------------------------------------------------------------------------------------------------------------
