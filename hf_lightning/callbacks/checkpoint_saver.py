@@ -78,6 +78,9 @@ class CheckpointSaver:
         """
         args = self.args
         self.foreign_checkpoints = set()
+        if args.load_best_model_at_end and enum_value(args.save_strategy) != "no":
+            # On every process, before the first step: a best model that cannot be loaded fails now, not at the end.
+            model_state_for(module.model).check_loadable(module.model)
         if not self.is_saving_process(trainer):
             return
         # Folders a killed save or deletion left behind are never picked up, but they take disk space.

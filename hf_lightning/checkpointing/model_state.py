@@ -36,6 +36,7 @@ import inspect
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
@@ -108,6 +109,19 @@ class ModelState(Protocol):
 
         Returns:
             The missing and unexpected keys.
+        """
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Before the first step, on every process: raise if what :meth:`write` writes could not be loaded back.
+
+        Called when the run will load a checkpoint it writes (``load_best_model_at_end``), so that failure
+        comes before training instead of after it.
+
+        Args:
+            model: The model, possibly wrapped under ``.module``.
+
+        Raises:
+            ValueError: The checkpoints would hold no weights :meth:`load` reads (names the fix).
         """
 
 
@@ -274,6 +288,44 @@ class PlainModelState(ModelState):
                 metadata={"format": "pt"},
             )
 
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Refuse, before training, a model whose checkpoints :meth:`load` could not read back.
+
+        Two cases: a transformers model given adapters by its own ``add_adapter`` / ``load_adapter`` (not a
+        ``PeftModel``): its ``save_pretrained`` writes the adapters only, which HF's Trainer fails to load after
+        training as well; and a ``save_pretrained`` that is neither transformers' nor peft's, which is run once into
+        a temporary folder to see the files it writes (a sharded ``model.safetensors.index.json`` or
+        ``pytorch_model.bin`` is fine; other names are refused).
+
+        Raises:
+            ValueError: Names the files and the fix (wrap with ``peft.get_peft_model``, write one of the known
+                names, or set ``load_best_model_at_end=False``).
+        """
+        unwrapped = unwrap_model(model)
+        name = type(unwrapped).__name__
+        if getattr(unwrapped, "_hf_peft_config_loaded", False):
+            raise ValueError(
+                f"load_best_model_at_end=True cannot load the best checkpoint of this {name}: it holds PEFT adapters "
+                "added with transformers' add_adapter/load_adapter, so its save_pretrained writes "
+                f"{ADAPTER_SAFE_WEIGHTS_NAME} only, which HF's Trainer does not load back into such a model either. "
+                "Wrap the base model with peft.get_peft_model(model, config) instead, or set "
+                "load_best_model_at_end=False."
+            )
+        save_pretrained = getattr(type(unwrapped), "save_pretrained", None)
+        if not callable(save_pretrained) or getattr(save_pretrained, "__module__", "").split(".")[0] in (
+                "transformers", "peft"):
+            return
+        with tempfile.TemporaryDirectory(prefix="hf-lightning-save-probe-") as probe:
+            self.write(self.gather(model, probe), probe)
+            written = sorted(os.listdir(probe))
+        if not set(written) & {SAFE_WEIGHTS_NAME, WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME}:
+            raise ValueError(
+                f"load_best_model_at_end=True cannot load the best checkpoint of this {name}: its save_pretrained "
+                f"writes {written}, and checkpoints are loaded from {SAFE_WEIGHTS_NAME}, {WEIGHTS_NAME} or a "
+                f"sharded {SAFE_WEIGHTS_INDEX_NAME} / {WEIGHTS_INDEX_NAME} (as HF's Trainer does). Make "
+                "save_pretrained write one of those, or set load_best_model_at_end=False."
+            )
+
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
         """Load ``folder``'s weights into ``model`` (see the class docstring).
 
@@ -347,6 +399,9 @@ class PeftModelState(PlainModelState):
     checkpoint"). The best model at the end is loaded by the same rules (HF's ``_load_best_model`` reads only the
     top-level adapter; the two differ only for several adapters).
     """
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Nothing to refuse: a ``PeftModel`` writes its adapters and loads them back with its ``load_adapter``."""
 
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
         """Load ``folder``'s adapter (or full) weights into the PEFT model (see the class docstring).

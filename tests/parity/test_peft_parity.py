@@ -119,3 +119,50 @@ def test_lora_load_best_model_at_end_matches_hf(tmp_path):
     assert _files(tmp_path / "ours_saved") == _files(tmp_path / "hf_saved")
     loaded = PeftModel.from_pretrained(_gpt2(), str(tmp_path / "ours_saved"))
     _assert_identical(_weights(hf), {k: v.detach() for k, v in loaded.state_dict().items()})
+
+
+def _other_names_gpt2():
+    """A model whose ``save_pretrained`` writes its weights under a name no trainer loads back."""
+    import safetensors.torch
+    from transformers import GPT2LMHeadModel
+
+    class OwnFormatGPT2(GPT2LMHeadModel):
+        def save_pretrained(self, save_directory, **kwargs):
+            os.makedirs(save_directory, exist_ok=True)
+            state = {k: v.detach().clone().contiguous() for k, v in self.state_dict().items()}
+            safetensors.torch.save_file(state, os.path.join(save_directory, "weights.safetensors"))
+
+    model = _gpt2()
+    own = OwnFormatGPT2(model.config)
+    own.load_state_dict(model.state_dict())
+    return own
+
+
+def _add_adapter_gpt2():
+    """Adapters added by transformers' own ``add_adapter``: not a PeftModel (HF's Trainer cannot load its best
+    checkpoint back either)."""
+    from peft import LoraConfig
+
+    model = _gpt2()
+    model.add_adapter(LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True))
+    return model
+
+
+@pytest.mark.parametrize("make_model", [_other_names_gpt2, _add_adapter_gpt2], ids=["other_names", "add_adapter"])
+def test_unloadable_best_model_is_refused_before_the_first_step(tmp_path, make_model):
+    import hf_lightning
+
+    class Steps(hf_lightning.TrainerCallback):
+        begun = 0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            Steps.begun += 1
+
+    train, evald = lm_data(n_train=32, n_eval=8)
+    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **{**ARGS, **BEST})
+    trainer = hf_lightning.Trainer(model=make_model(), args=args, train_dataset=train, eval_dataset=evald,
+                                   callbacks=[Steps()])
+    with pytest.raises(ValueError, match="load_best_model_at_end=True cannot load the best checkpoint"):
+        trainer.train()
+    assert Steps.begun == 0
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")]
