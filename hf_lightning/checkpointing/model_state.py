@@ -411,7 +411,7 @@ class PeftModelState(PlainModelState):
             RuntimeError: ``strict=True`` and adapter keys are missing or unexpected.
         """
         unwrapped = unwrap_model(model)
-        if os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_NAME)) or os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
+        if any(os.path.isfile(os.path.join(folder, name)) for name in (SAFE_WEIGHTS_NAME, WEIGHTS_NAME)):
             return super().load(model, folder, strict)
         subdirs = [
             name for name in sorted(os.listdir(folder))

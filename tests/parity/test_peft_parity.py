@@ -166,3 +166,37 @@ def test_unloadable_best_model_is_refused_before_the_first_step(tmp_path, make_m
         trainer.train()
     assert Steps.begun == 0
     assert not [name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")]
+
+
+def _sharded_gpt2():
+    """A model whose custom ``save_pretrained`` writes sharded weights (``model.safetensors.index.json``, no
+    ``model.safetensors``)."""
+    from transformers import GPT2LMHeadModel
+
+    class ShardedGPT2(GPT2LMHeadModel):
+        def save_pretrained(self, save_directory, **kwargs):
+            kwargs["max_shard_size"] = "20KB"
+            return super().save_pretrained(save_directory, **kwargs)
+
+    model = _gpt2()
+    sharded = ShardedGPT2(model.config)
+    sharded.load_state_dict(model.state_dict())
+    return sharded
+
+
+def test_sharded_save_pretrained_resumes_and_loads_best(tmp_path):
+    """The probe of a custom ``save_pretrained`` (run before training for load_best_model_at_end) accepts sharded
+    weights, and both the best model and a resume read them."""
+    best = BEST  # the eval loss rises from step 4 to step 8 here, so the best checkpoint is not the last
+    hf = _train("hf", _sharded_gpt2, tmp_path / "hf", **best)
+    ours = _train("ours", _sharded_gpt2, tmp_path / "ours", **best)
+    assert "model.safetensors.index.json" in os.listdir(tmp_path / "ours" / "checkpoint-4")
+    assert hf.state.best_model_checkpoint.endswith("checkpoint-4")
+    assert_log_history_equal(hf.state.log_history, ours.state.log_history)
+    _assert_identical(_weights(hf), _weights(ours))
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(tmp_path / "ours" / "checkpoint-4", out / "checkpoint-4")
+    resumed = _train("ours", _sharded_gpt2, out, resume=True, **best)
+    assert_log_history_equal(hf.state.log_history, resumed.state.log_history, ordered=False, skip_keys=RUN_SCOPED)
+    _assert_identical(_weights(hf), _weights(resumed))

@@ -72,3 +72,23 @@ def test_several_adapters_load_as_hf_loads_them(tmp_path):
     assert ours.active_adapters == hf.active_adapters == ["other"]
     assert {n: p.requires_grad for n, p in ours.named_parameters()} == \
         {n: p.requires_grad for n, p in hf.named_parameters()}
+
+
+def test_check_loadable_probes_a_custom_save_pretrained(tmp_path):
+    import safetensors.torch
+    from transformers import GPT2LMHeadModel
+
+    class Sharded(GPT2LMHeadModel):
+        def save_pretrained(self, save_directory, **kwargs):
+            return super().save_pretrained(save_directory, max_shard_size="20KB")
+
+    class OwnNames(GPT2LMHeadModel):
+        def save_pretrained(self, save_directory, **kwargs):
+            safetensors.torch.save_file({"w": torch.zeros(1)}, f"{save_directory}/weights.safetensors")
+
+    config = _gpt2().config
+    PlainModelState().check_loadable(Sharded(config))  # model.safetensors.index.json: loadable
+    PlainModelState().check_loadable(_gpt2())  # transformers' own save_pretrained: not probed
+    PeftModelState().check_loadable(peft.get_peft_model(_gpt2(), _lora()))
+    with pytest.raises(ValueError, match=r"writes \['weights.safetensors'\].*load_best_model_at_end=False"):
+        PlainModelState().check_loadable(OwnNames(config))
