@@ -26,7 +26,7 @@ from hf_lightning.callbacks.events import HFEvents
 from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.checkpointing.layout import checkpoint_folder_name
-from hf_lightning.checkpointing.model_state import prepare_model_saving
+from hf_lightning.checkpointing.model_state import model_state_for, prepare_model_saving
 from hf_lightning.checkpointing.reader import load_model_weights
 from hf_lightning.checkpointing.rotation import (
     clean_stale_temporary_folders,
@@ -78,6 +78,9 @@ class CheckpointSaver:
         """
         args = self.args
         self.foreign_checkpoints = set()
+        if args.load_best_model_at_end and enum_value(args.save_strategy) != "no":
+            # On every process, before the first step: a best model that cannot be loaded fails now, not at the end.
+            model_state_for(module.model).check_loadable(module.model)
         if not self.is_saving_process(trainer):
             return
         # Folders a killed save or deletion left behind are never picked up, but they take disk space.
@@ -140,6 +143,7 @@ class CheckpointSaver:
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
             flush_in_background=in_background,
+            model_state=model_state_for(module.model),
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io

@@ -11,17 +11,19 @@
 * :meth:`~ModelState.write` at every save on the saving process only, with what ``gather`` returned;
 * :meth:`~ModelState.load` on every process, reading the folder back into the model.
 
-:class:`PlainModelState` is the one kind today and the default: a model with ``save_pretrained`` saves itself, any
-other module as ``model.safetensors`` (tied weights as separate copies); it loads ``model.safetensors``,
-``pytorch_model.bin`` and sharded indexes of either.
+:class:`PlainModelState` is the default: a model with ``save_pretrained`` saves itself, any other module as
+``model.safetensors`` (tied weights as separate copies); it loads ``model.safetensors``, ``pytorch_model.bin`` and
+sharded indexes of either. :class:`PeftModelState` is chosen for a PEFT model (:func:`model_state_for`): it saves
+the same way (a ``PeftModel`` writes its adapters only) and loads the adapter weights into the wrapped model.
 
 A new kind plugs in without touching the writer, the reader or rotation: implement the four methods, pass an
 instance as ``CheckpointContents(model_state=...)`` when writing and ``load_model_weights(..., model_state=...)``
 when reading, and, if it writes a weight layout :func:`~hf_lightning.checkpointing.completeness.has_model_weights`
 does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` are known). For example:
 
-* PEFT adapters: ``write`` calls the adapter model's ``save_pretrained`` (``adapter_model.safetensors`` and
-  ``adapter_config.json``), ``load`` reads the adapter weights only into the wrapped model;
+* PEFT adapters (:class:`PeftModelState`): ``write`` calls the adapter model's ``save_pretrained``
+  (``adapter_model.safetensors`` and ``adapter_config.json``), ``load`` reads the adapter weights only into the
+  wrapped model;
 * FSDP full state: ``gather`` runs the full-state-dict all-gather (offloaded to CPU, on every process) and returns
   the dict on the saving process, ``write`` stores it as ``model.safetensors``;
 * FSDP sharded state: ``gather`` writes this process's shard under ``pytorch_model_fsdp_0/`` in the folder it is
@@ -34,6 +36,7 @@ import inspect
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
@@ -42,11 +45,20 @@ import torch
 
 from hf_lightning._utils import unwrap_model
 from hf_lightning.checkpointing.errors import CheckpointLoadError
+from hf_lightning.checkpointing.layout import ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME
 from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_lightning.checkpointing.layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load
 
-__all__ = ["ModelState", "PlainModelState", "WeightsLoadResult", "prepare_model_saving"]
+__all__ = [
+    "ModelState",
+    "PeftModelState",
+    "PlainModelState",
+    "WeightsLoadResult",
+    "is_peft_model",
+    "model_state_for",
+    "prepare_model_saving",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +109,19 @@ class ModelState(Protocol):
 
         Returns:
             The missing and unexpected keys.
+        """
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Before the first step, on every process: raise if what :meth:`write` writes could not be loaded back.
+
+        Called when the run will load a checkpoint it writes (``load_best_model_at_end``), so that failure
+        comes before training instead of after it.
+
+        Args:
+            model: The model, possibly wrapped under ``.module``.
+
+        Raises:
+            ValueError: The checkpoints would hold no weights :meth:`load` reads (names the fix).
         """
 
 
@@ -263,6 +288,44 @@ class PlainModelState(ModelState):
                 metadata={"format": "pt"},
             )
 
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Refuse, before training, a model whose checkpoints :meth:`load` could not read back.
+
+        Two cases: a transformers model given adapters by its own ``add_adapter`` / ``load_adapter`` (not a
+        ``PeftModel``): its ``save_pretrained`` writes the adapters only, which HF's Trainer fails to load after
+        training as well; and a ``save_pretrained`` that is neither transformers' nor peft's, which is run once into
+        a temporary folder to see the files it writes (a sharded ``model.safetensors.index.json`` or
+        ``pytorch_model.bin`` is fine; other names are refused).
+
+        Raises:
+            ValueError: Names the files and the fix (wrap with ``peft.get_peft_model``, write one of the known
+                names, or set ``load_best_model_at_end=False``).
+        """
+        unwrapped = unwrap_model(model)
+        name = type(unwrapped).__name__
+        if getattr(unwrapped, "_hf_peft_config_loaded", False):
+            raise ValueError(
+                f"load_best_model_at_end=True cannot load the best checkpoint of this {name}: it holds PEFT adapters "
+                "added with transformers' add_adapter/load_adapter, so its save_pretrained writes "
+                f"{ADAPTER_SAFE_WEIGHTS_NAME} only, which HF's Trainer does not load back into such a model either. "
+                "Wrap the base model with peft.get_peft_model(model, config) instead, or set "
+                "load_best_model_at_end=False."
+            )
+        save_pretrained = getattr(type(unwrapped), "save_pretrained", None)
+        if not callable(save_pretrained) or getattr(save_pretrained, "__module__", "").split(".")[0] in (
+                "transformers", "peft"):
+            return
+        with tempfile.TemporaryDirectory(prefix="hf-lightning-save-probe-") as probe:
+            self.write(self.gather(model, probe), probe)
+            written = sorted(os.listdir(probe))
+        if not set(written) & {SAFE_WEIGHTS_NAME, WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME}:
+            raise ValueError(
+                f"load_best_model_at_end=True cannot load the best checkpoint of this {name}: its save_pretrained "
+                f"writes {written}, and checkpoints are loaded from {SAFE_WEIGHTS_NAME}, {WEIGHTS_NAME} or a "
+                f"sharded {SAFE_WEIGHTS_INDEX_NAME} / {WEIGHTS_INDEX_NAME} (as HF's Trainer does). Make "
+                "save_pretrained write one of those, or set load_best_model_at_end=False."
+            )
+
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
         """Load ``folder``'s weights into ``model`` (see the class docstring).
 
@@ -298,11 +361,109 @@ class PlainModelState(ModelState):
         return result
 
 
+# ---- the PEFT kind ---------------------------------------------------------------------------------------------
+
+
+def is_peft_model(model: torch.nn.Module) -> bool:
+    """Tell, without importing ``peft``, whether ``model`` (possibly wrapped under ``.module``) is a ``PeftModel``.
+
+    A ``PeftModel`` has a ``peft_config`` dict, an ``active_adapters`` list (a property) and ``load_adapter``. A
+    transformers model with an adapter added by ``add_adapter`` is not one (its ``active_adapters`` is a method),
+    as for HF's Trainer.
+    """
+    unwrapped = unwrap_model(model)
+    return (
+        isinstance(getattr(unwrapped, "peft_config", None), dict)
+        and isinstance(getattr(unwrapped, "active_adapters", None), (list, tuple))
+        and callable(getattr(unwrapped, "load_adapter", None))
+    )
+
+
+def _adapter_files_in(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name)) for name in (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME))
+
+
+class PeftModelState(PlainModelState):
+    """A PEFT model's state (``peft.PeftModel``, recognised by :func:`is_peft_model`), as HF's Trainer handles it.
+
+    Writing is the plain kind's: the ``PeftModel``'s own ``save_pretrained`` writes the adapters only,
+    ``adapter_model.safetensors`` and ``adapter_config.json`` (plus its ``README.md``); one sub-folder per further
+    adapter.
+
+    Loading, as HF's ``_load_from_checkpoint``: a folder holding full weights (``model.safetensors`` /
+    ``pytorch_model.bin``) is loaded as the plain kind loads it. Otherwise the adapter weights are loaded into the
+    wrapped model with its own ``load_adapter``, under the first active adapter's name (a warning when several are
+    active) and trainable. With one adapter per sub-folder (several adapters), the top-level adapter is loaded as
+    ``"default"`` and each sub-folder under its name, the active one trainable, and the active adapter is set again.
+    A folder with no adapter weights falls back to the plain kind (sharded full weights, or HF's "Can't find a valid
+    checkpoint"). The best model at the end is loaded by the same rules (HF's ``_load_best_model`` reads only the
+    top-level adapter; the two differ only for several adapters).
+    """
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Nothing to refuse: a ``PeftModel`` writes its adapters and loads them back with its ``load_adapter``."""
+
+    def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
+        """Load ``folder``'s adapter (or full) weights into the PEFT model (see the class docstring).
+
+        Raises:
+            ValueError: ``Can't find a valid checkpoint at {folder}`` when no weight file exists (HF's message).
+            RuntimeError: ``strict=True`` and adapter keys are missing or unexpected.
+        """
+        unwrapped = unwrap_model(model)
+        if any(os.path.isfile(os.path.join(folder, name)) for name in (SAFE_WEIGHTS_NAME, WEIGHTS_NAME)):
+            return super().load(model, folder, strict)
+        subdirs = [
+            name for name in sorted(os.listdir(folder))
+            if os.path.isdir(os.path.join(folder, name)) and _adapter_files_in(os.path.join(folder, name))
+        ]
+        if not subdirs and not _adapter_files_in(folder):
+            return super().load(model, folder, strict)
+        active_adapters = list(unwrapped.active_adapters)
+        if len(active_adapters) > 1:
+            logger.warning("Several adapters are active (%s); only the first is loaded as trainable.", active_adapters)
+        active = active_adapters[0]
+        outcomes = []
+        if subdirs:
+            if _adapter_files_in(folder):
+                outcomes.append(unwrapped.load_adapter(folder, "default", is_trainable=active == "default"))
+            for name in subdirs:
+                outcomes.append(unwrapped.load_adapter(os.path.join(folder, name), name, is_trainable=name == active))
+            unwrapped.set_adapter(active)
+        else:
+            outcomes.append(unwrapped.load_adapter(folder, active, is_trainable=True))
+        result = WeightsLoadResult(
+            [key for outcome in outcomes for key in getattr(outcome, "missing_keys", ())],
+            [key for outcome in outcomes for key in getattr(outcome, "unexpected_keys", ())],
+        )
+        if strict and (result.missing_keys or result.unexpected_keys):
+            raise RuntimeError(
+                f"The adapter checkpoint at {folder} does not match {type(unwrapped).__name__}: missing keys "
+                f"{result.missing_keys}, unexpected keys {result.unexpected_keys}. Pass strict=False to load anyway."
+            )
+        if result.missing_keys:
+            logger.warning("Adapter keys missing from the checkpoint at %s (kept as initialised): %s", folder,
+                           result.missing_keys)
+        if result.unexpected_keys:
+            logger.warning("Keys in the adapter checkpoint at %s that the model does not have (ignored): %s", folder,
+                           result.unexpected_keys)
+        return result
+
+
+def model_state_for(model: torch.nn.Module) -> ModelState:
+    """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, else the plain kind.
+
+    Args:
+        model: The model, possibly wrapped under ``.module``.
+    """
+    return PeftModelState() if is_peft_model(model) else PlainModelState()
+
+
 def prepare_model_saving(model: torch.nn.Module, model_state: ModelState | None = None) -> None:
     """Run ``model_state``'s warm-up before training (see :meth:`PlainModelState.prepare`, the default).
 
     Args:
         model: The model that will be saved, possibly wrapped (DDP) under ``.module``.
-        model_state: How the model is saved; the plain kind when None.
+        model_state: How the model is saved; the one :func:`model_state_for` chooses when None.
     """
-    (model_state or PlainModelState()).prepare(model)
+    (model_state or model_state_for(model)).prepare(model)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.checkpointing.layout import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
-from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, WeightsLoadResult
+from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, model_state_for
 from hf_lightning.checkpointing.safe_load import safe_torch_load
 
 __all__ = ["load_model_weights", "load_optimizer_and_scheduler", "load_scaler"]
@@ -41,7 +41,8 @@ def load_model_weights(
         model: The model, possibly wrapped under ``.module``.
         checkpoint_dir: A checkpoint folder or a ``save_model`` output folder.
         strict: Raise when keys do not match, as ``load_state_dict(strict=True)``.
-        model_state: How the model's state was saved; the plain kind when None.
+        model_state: How the model's state was saved; when None, the one
+            :func:`~hf_lightning.checkpointing.model_state.model_state_for` chooses (PEFT adapters for a PEFT model).
 
     Returns:
         The missing and unexpected keys.
@@ -54,7 +55,7 @@ def load_model_weights(
             goes on with the model's initial weights).
         RuntimeError: ``strict=True`` and the keys do not match, or a tensor's shape differs (names the file).
     """
-    return (model_state or PlainModelState()).load(model, os.fspath(checkpoint_dir), strict)
+    return (model_state or model_state_for(model)).load(model, os.fspath(checkpoint_dir), strict)
 
 
 def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir: str | os.PathLike) -> bool:

@@ -41,7 +41,7 @@ from hf_lightning.checkpointing.layout import (
     checkpoint_folder_name,
     rng_file_name,
 )
-from hf_lightning.checkpointing.model_state import ModelState, PlainModelState
+from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, model_state_for
 from hf_lightning.checkpointing.rng import capture_rng_state
 from hf_lightning.checkpointing.safe_load import mask_tokens
 
@@ -184,13 +184,14 @@ def save_model_files(
         data_collator: Used when ``processing_class`` is None: its ``tokenizer.save_pretrained`` is called when
             it has one, as HF does.
         args: Training arguments, written as ``training_args.bin`` and ``training_args.json``; skipped when None.
-        model_state: How the model is saved; the plain kind when None.
+        model_state: How the model is saved; when None, the one
+            :func:`~hf_lightning.checkpointing.model_state.model_state_for` chooses.
         gathered: What ``model_state.gather`` returned, when the caller ran that step on every process already (as
             :func:`write_checkpoint` does); when left out it runs here.
     """
     output_dir = os.fspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
-    model_state = model_state or PlainModelState()
+    model_state = model_state or model_state_for(model)
     if gathered is _GATHER_HERE:
         gathered = model_state.gather(model, output_dir)
     model_state.write(gathered, output_dir)
