@@ -14,7 +14,8 @@ restores a checkpoint in three moments, and so does this class:
    the fresh one, the stateful callbacks get their saved state (``restore_callback_states_from_checkpoint``), every
    pickle-based file is verified before any is applied, the optimizer, scheduler and scaler are loaded, and
    Lightning's step and epoch counters are fast-forwarded to the checkpoint's.
-3. **Before the first window runs** (``on_train_batch_start``): the RNG states, at HF's moment.
+3. **At the start of the first epoch** (``on_train_epoch_start``, checkpoint at an epoch end) **or before the first
+   window runs** (``on_train_batch_start``, checkpoint mid-epoch): the RNG states, at HF's moment.
 
 Lightning's own ``.ckpt`` files are not HF folders and load through the strategy as usual.
 """
@@ -26,7 +27,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
-import torch
 
 from hf_lightning import _compat
 from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME
@@ -176,16 +176,20 @@ class CheckpointResume:
         return done
 
     # ------------------------------------------------------------------ 3. the first window
-    def restore_rng(self, trainer: pl.Trainer) -> None:
-        """Restore the checkpoint's RNG states if this is the first window after a resume (no-op otherwise)."""
-        if self._rng_moment is None:
+    def restore_rng(self, trainer: pl.Trainer, moment: str) -> None:
+        """Restore the checkpoint's RNG states if this is ``moment`` of the first epoch after a resume (no-op
+        otherwise).
+
+        HF restores them before the epoch's data iterator exists when the checkpoint ends an epoch (the iterator
+        then draws its base seed, the first batches' transforms and collator draws from the restored RNG):
+        ``moment="epoch_start"``, called from ``on_train_epoch_start``, before the first window is requested. When
+        the checkpoint is mid-epoch, HF restores after the first window following the skipped batches was
+        fetched (with the look-ahead batch), right before its forward: ``moment="mid_epoch"``, called from
+        ``on_train_batch_start``.
+        """
+        if self._rng_moment != moment:
             return
-        # The first window is fetched by now, as in HF's mid-epoch resume.
-        restored = restore_rng_state(self.folder, trainer.global_rank, trainer.world_size)
-        if restored and self._rng_moment == "epoch_start":
-            # At an epoch boundary HF restores before creating the epoch's DataLoader iterator, which then draws
-            # its base seed from the restored generator; ours exists already, so make that one draw here.
-            torch.empty((), dtype=torch.int64).random_()
+        restore_rng_state(self.folder, trainer.global_rank, trainer.world_size)
         self._rng_moment = None
 
 

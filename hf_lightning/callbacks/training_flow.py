@@ -170,10 +170,11 @@ class HFFlowCallback(pl.Callback):
         self.micro_in_epoch = self.resume.take_micro_batches_done()
         self.logbook.record_step(None, None)
         self.events.fire("on_epoch_begin")
+        self.resume.restore_rng(trainer, "epoch_start")
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        self.resume.restore_rng(trainer)
+        self.resume.restore_rng(trainer, "mid_epoch")
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.evaluation.start_validation()

@@ -74,7 +74,7 @@ class WindowedLoader:
         source, dropped = _skip_windows(self.loader, skip, ga)
         window: list = []
         index = 0
-        for batch in source:
+        for batch in one_batch_ahead(source):
             window.append(batch)
             if len(window) == ga:
                 if index >= dropped:
@@ -83,6 +83,24 @@ class WindowedLoader:
                 window = []
         if window and index >= dropped:
             yield window
+
+
+def one_batch_ahead(loader: Iterable) -> Iterator:
+    """``loader``'s batches, each handed out only once the next one is loaded (accelerate's ``DataLoaderShard``).
+
+    HF's loader looks one micro-batch ahead to know which batch is the last, so a collator or dataset transform
+    that draws random numbers draws for batch ``i + 1`` before batch ``i``'s forward (and its dropout) runs.
+    Fetching in that order keeps every draw where HF makes it; the iterator is created on the first request.
+    """
+    iterator = iter(loader)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for upcoming in iterator:
+        yield current
+        current = upcoming
+    yield current
 
 
 class _SkipBatchSampler:

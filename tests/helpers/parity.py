@@ -32,8 +32,10 @@ class RunResult:
 
 
 def run(kind: str, make_model: Callable, tmp_path, *, train_dataset, eval_dataset=None, args: dict | None = None,
-        trainer_cls: Any = None, trainer_kwargs: dict | None = None, native: bool = False) -> RunResult:
-    """Train with ``kind`` in {"hf", "ours"}; ``native`` runs ours through the Lightning-native path."""
+        trainer_cls: Any = None, trainer_kwargs: dict | None = None, native: bool = False,
+        resume: Any = None) -> RunResult:
+    """Train with ``kind`` in {"hf", "ours"}; ``native`` runs ours through the Lightning-native path; ``resume`` is
+    passed to ``train(resume_from_checkpoint=...)``."""
     torch.set_num_threads(1)
     output_dir = str(tmp_path / f"{kind}{'_native' if native else ''}")
     base = dict(output_dir=output_dir, report_to="none", use_cpu=True, disable_tqdm=True, seed=42)
@@ -66,7 +68,7 @@ def run(kind: str, make_model: Callable, tmp_path, *, train_dataset, eval_datase
                          output_dir)
     trainer = cls(model=model, args=targs, train_dataset=train_dataset, eval_dataset=eval_dataset,
                   callbacks=[recorder], **kwargs)
-    out = trainer.train()
+    out = trainer.train(resume_from_checkpoint=resume)
     return RunResult(trainer, trainer.state.log_history, recorder.events,
                      {k: v.detach().clone() for k, v in model.state_dict().items()}, out, output_dir)
 
