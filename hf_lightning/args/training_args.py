@@ -461,7 +461,7 @@ class TrainingArguments:
 
     # --- Debugging ---
     debug: str | list[DebugOption] = field(
-        default="", metadata={"help": "Debug features: 'underflow_overflow', 'tpu_metrics_debug' (unsupported)."}
+        default="", metadata={"help": "Debug features: 'underflow_overflow', 'tpu_metrics_debug' (refused: no TPU)."}
     )
     skip_memory_metrics: bool = field(default=True, metadata={"help": "Do not report memory usage metrics."})
 

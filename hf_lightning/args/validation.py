@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hf_lightning._utils import enum_value, has_len
-from hf_lightning.args.enums import IntervalStrategy, SaveStrategy, SchedulerType
+from hf_lightning.args.enums import DebugOption, IntervalStrategy, SaveStrategy, SchedulerType
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -223,8 +223,9 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ),
     (
         "debug",
-        bool,
-        "the underflow/overflow detector and TPU metrics debugging are not implemented; remove debug.",
+        lambda value: DebugOption.TPU_METRICS_DEBUG in value,
+        "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
+        "(underflow_overflow is supported).",
     ),
     (
         "skip_memory_metrics",
