@@ -65,10 +65,6 @@ NO_HUB = (
     "hf_lightning never uploads to the Hugging Face Hub (no hub here). Remove push_to_hub and upload "
     "output_dir yourself, e.g. with huggingface_hub.upload_folder."
 )
-NO_AUTO_BATCH = (
-    "hf_lightning does not retry after out-of-memory errors. Set per_device_train_batch_size (and "
-    "gradient_accumulation_steps) to a size that fits."
-)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -193,7 +189,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "Liger kernels are not applied by hf_lightning. Patch the model yourself (liger_kernel.transformers) "
         "before passing it, and remove use_liger_kernel.",
     ),
-    ("auto_find_batch_size", bool, NO_AUTO_BATCH),
     (
         "enable_jit_checkpoint",
         bool,
