@@ -124,3 +124,13 @@ def test_an_evaluation_oom_is_not_retried(tmp_path):
         assert model.failures == [8], kind
     assert errors["ours"] == errors["hf"]
     assert errors["ours"][0].startswith("Evaluation hit an out-of-memory error.")
+
+
+def test_a_failed_attempt_takes_its_hooks_off_the_model(tmp_path):
+    # Each attempt installs the underflow/overflow detector; a failed fit never reaches teardown, so the retry
+    # must remove it, or the old attempts' hooks would stay on the model.
+    model = OutOfMemoryModel()
+    run("ours", lambda: model, tmp_path, train_dataset=regression_data(),
+        args={**ARGS, "max_steps": 2, "save_strategy": "no", "debug": "underflow_overflow"})
+    assert model.failures == [8, 7, 6]
+    assert sum(len(m._forward_hooks) for m in model.modules()) == 0
