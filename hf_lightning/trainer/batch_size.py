@@ -22,8 +22,15 @@ from hf_lightning.state import TrainerState
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
 
-__all__ = ["EVAL_OUT_OF_MEMORY", "NO_BATCH_SIZE_LEFT", "next_batch_size", "release_device_memory", "saved_train_batch_size",
-           "should_reduce_batch_size", "training_batch_size"]
+__all__ = [
+    "EVAL_OUT_OF_MEMORY",
+    "NO_BATCH_SIZE_LEFT",
+    "next_batch_size",
+    "release_device_memory",
+    "saved_train_batch_size",
+    "should_reduce_batch_size",
+    "training_batch_size",
+]
 
 NO_BATCH_SIZE_LEFT = "No executable batch size found, reached zero."
 EVAL_OUT_OF_MEMORY = (

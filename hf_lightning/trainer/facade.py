@@ -240,7 +240,8 @@ class Trainer:
                 if not should_reduce_batch_size(error):
                     raise
             # A failed fit never reaches the module's teardown: undo its changes to the model (hooks) here.
-            self._module.teardown("fit")
+            if self._module is not None:
+                self._module.teardown("fit")
             release_device_memory()
             batch_size = next_batch_size(batch_size)
         raise RuntimeError(NO_BATCH_SIZE_LEFT)
