@@ -26,9 +26,11 @@ from torch import nn
 
 from hf_lightning import _compat
 from hf_lightning._utils import unwrap_model
+from hf_lightning.args.enums import DebugOption
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import label_smoother_for, label_smoother_shifts_labels
+from hf_lightning.debug import UnderflowOverflowDetector
 from hf_lightning.evaluation import (
     EvalAccumulator,
     EvalRequest,
@@ -154,6 +156,7 @@ class HFLightningModule(pl.LightningModule):
         self._flos_per_token: float | None = None
         self._model_prepared = False
         self._neftune_handle = None
+        self._overflow_detector: UnderflowOverflowDetector | None = None
         self._train_mode_modules: tuple[nn.Module, list[nn.Module] | None] | None = None
         self._clip_parameters: tuple[nn.Module, list[nn.Parameter]] | None = None
         self._stepped_optimizer: Any = None
@@ -195,8 +198,20 @@ class HFLightningModule(pl.LightningModule):
             compile_model(self.model, self.args)
             self._model_prepared = True
         self._neftune_handle = activate_neftune(self.model, self.args.neftune_noise_alpha)
+        # HF attaches its detector after NEFTune, so the embeddings' frame shows the noised output.
+        self._remove_overflow_detector()
+        if DebugOption.UNDERFLOW_OVERFLOW in (self.args.debug or ()):
+            self._overflow_detector = UnderflowOverflowDetector(self.model)
+
+    def _remove_overflow_detector(self) -> None:
+        # Also reached from the next setup: a fit that raised never ran teardown.
+        if self._overflow_detector is not None:
+            self._overflow_detector.remove()
+            self._overflow_detector = None
 
     def teardown(self, stage: str) -> None:
+        if stage == "fit":
+            self._remove_overflow_detector()
         if stage == "fit" and self._neftune_handle is not None:
             # HF removes the NEFTune hook when training ends, so evaluation and saving see clean embeddings.
             self._neftune_handle.remove()

@@ -44,7 +44,6 @@ from hf_lightning.args.enums import (
 )
 from hf_lightning.args.validation import (
     LOG_LEVELS,
-    NO_AUTO_BATCH,
     NO_HUB,
     TRAIN_SAMPLING_CHOICES,
     check_choice,
@@ -245,7 +244,7 @@ class TrainingArguments:
         default=None, metadata={"help": "Empty the accelerator cache every this many steps (None: never)."}
     )
     auto_find_batch_size: bool = field(
-        default=False, metadata={"help": "Halve the batch size and retry after an out-of-memory error."}
+        default=False, metadata={"help": "Retry training with 0.9x the batch size after an out-of-memory error."}
     )
 
     # --- Logging ---
@@ -461,7 +460,7 @@ class TrainingArguments:
 
     # --- Debugging ---
     debug: str | list[DebugOption] = field(
-        default="", metadata={"help": "Debug features: 'underflow_overflow', 'tpu_metrics_debug' (unsupported)."}
+        default="", metadata={"help": "Debug features: 'underflow_overflow', 'tpu_metrics_debug' (refused: no TPU)."}
     )
     skip_memory_metrics: bool = field(default=True, metadata={"help": "Do not report memory usage metrics."})
 
@@ -1193,18 +1192,13 @@ class TrainingArguments:
             prefetch_factor: `dataloader_prefetch_factor`.
             multiprocessing_context: `dataloader_multiprocessing_context`.
             in_order: `dataloader_in_order`.
-            auto_find_batch_size: `auto_find_batch_size` (True is refused).
+            auto_find_batch_size: `auto_find_batch_size`.
             ignore_data_skip: `ignore_data_skip`.
             sampler_seed: `data_seed`.
 
         Returns:
             self, for chaining.
-
-        Raises:
-            ValueError: `auto_find_batch_size=True`, which hf_lightning does not support.
         """
-        if auto_find_batch_size:
-            raise ValueError(f"`auto_find_batch_size=True` is not supported by hf_lightning: {NO_AUTO_BATCH}")
         self.per_device_train_batch_size = train_batch_size
         self.per_device_eval_batch_size = eval_batch_size
         self.dataloader_drop_last = drop_last

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hf_lightning._utils import enum_value, has_len
-from hf_lightning.args.enums import IntervalStrategy, SaveStrategy, SchedulerType
+from hf_lightning.args.enums import DebugOption, IntervalStrategy, SaveStrategy, SchedulerType
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -64,10 +64,6 @@ TRAIN_SAMPLING_CHOICES = ("random", "sequential", "group_by_length", "batch_reba
 NO_HUB = (
     "hf_lightning never uploads to the Hugging Face Hub (no hub here). Remove push_to_hub and upload "
     "output_dir yourself, e.g. with huggingface_hub.upload_folder."
-)
-NO_AUTO_BATCH = (
-    "hf_lightning does not retry after out-of-memory errors. Set per_device_train_batch_size (and "
-    "gradient_accumulation_steps) to a size that fits."
 )
 
 
@@ -193,7 +189,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "Liger kernels are not applied by hf_lightning. Patch the model yourself (liger_kernel.transformers) "
         "before passing it, and remove use_liger_kernel.",
     ),
-    ("auto_find_batch_size", bool, NO_AUTO_BATCH),
     (
         "enable_jit_checkpoint",
         bool,
@@ -223,8 +218,9 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ),
     (
         "debug",
-        bool,
-        "the underflow/overflow detector and TPU metrics debugging are not implemented; remove debug.",
+        lambda value: DebugOption.TPU_METRICS_DEBUG in value,
+        "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
+        "(underflow_overflow is supported).",
     ),
     (
         "skip_memory_metrics",
