@@ -16,6 +16,7 @@ from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.loggers import build_loggers
+from hf_lightning.precision import HFMixedPrecision
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.strategies import cpu_run, process_layout, resolve_strategy
 
@@ -110,6 +111,10 @@ def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = No
         callbacks=[flow, *pl_callbacks],
         plugins=[HFCheckpointIO()],
     )
+    if precision != "32-true" and "precision" not in overrides:
+        # HF autocasts the model's forward only (accelerate); Lightning's plugin would wrap the backward too.
+        kwargs.pop("precision")
+        kwargs["plugins"].append(HFMixedPrecision(precision, "cpu" if on_cpu else "cuda"))
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)
 
