@@ -31,11 +31,12 @@ from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
+from hf_lightning.trainer.protected import ProtectedMembers
 from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
 from hf_lightning.outputs import PredictionOutput, TrainOutput
 
 
-class Trainer:
+class Trainer(ProtectedMembers):
     """Drop-in for ``transformers.Trainer``: same arguments, same outputs on disk, Lightning underneath.
 
     Args:

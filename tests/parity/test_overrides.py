@@ -214,3 +214,92 @@ def test_compute_loss_override_on_causal_lm(tmp_path):
                         **_classes(TokenMeanLoss))
     assert_parity(hf, ours)
     assert ours.trainer.seen_num_items == hf.trainer.seen_num_items
+
+
+# ---------------------------------------------------------------------------------------------- protected members
+class _HalvedInputs(_Counted):
+    # HF's default training_step and prediction_step both pass every batch through _prepare_inputs.
+    def _prepare_inputs(self, inputs):
+        self._count("_prepare_inputs")
+        inputs = super()._prepare_inputs(inputs)
+        return {**inputs, "x": inputs["x"] * 0.5}
+
+
+def _detach(tensors):
+    if isinstance(tensors, (list, tuple)):
+        return type(tensors)(_detach(t) for t in tensors)
+    return tensors.detach() if isinstance(tensors, torch.Tensor) else tensors
+
+
+class _HFShapedSteps(_Counted):
+    """``training_step`` / ``prediction_step`` written the way HF 5.23's own bodies are (what subclasses copy):
+    ``_prepare_inputs``, ``compute_loss_context_manager``, ``model_accepts_loss_kwargs``,
+    ``current_gradient_accumulation_steps``, ``_get_num_items_in_batch`` and ``accelerator.backward``."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self._count("training_step")
+        cp_context, inputs = self._prepare_context_parallel_inputs(model, inputs)
+        with cp_context():
+            model.train()
+            inputs = self._prepare_inputs(inputs)
+            with self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            if self.args.n_gpu > 1:
+                loss = loss.mean()
+            scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) \
+                or self.compute_loss_func is not None
+            if not scaled:
+                loss = loss / self.current_gradient_accumulation_steps
+            if self.accelerator.distributed_type == "DEEPSPEED":
+                raise AssertionError("not a DeepSpeed run")
+            self.accelerator.backward(loss)
+            return loss.detach()
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        self._count("prediction_step")
+        has_labels = len(self.label_names) > 0 and all(inputs.get(k) is not None for k in self.label_names)
+        inputs = self._prepare_inputs(inputs)
+        if ignore_keys is None:
+            ignore_keys = getattr(self.model.config, "keys_to_ignore_at_inference", ["past_key_values"])
+        labels = _detach(tuple(inputs.get(name) for name in self.label_names)) if has_labels else None
+        if labels is not None and len(labels) == 1:
+            labels = labels[0]
+        with torch.no_grad():
+            num_items_in_batch = self._get_num_items_in_batch([inputs], self.args.device)
+            with self.compute_loss_context_manager():
+                loss, outputs = self.compute_loss(model, inputs, return_outputs=True,
+                                                  num_items_in_batch=num_items_in_batch)
+            loss = loss.detach().mean()
+            logits = tuple(v for k, v in outputs.items() if k not in ignore_keys + ["loss"])
+        if prediction_loss_only:
+            return loss, None, None
+        logits = _detach(logits)
+        return loss, logits[0] if len(logits) == 1 else logits, labels
+
+
+def test_prepare_inputs_override_reaches_training_and_evaluation(tmp_path):
+    hf, ours = run_pair(RegressionModel, tmp_path, train_dataset=regression_data(n=20),
+                        eval_dataset=regression_data(n=8, seed=9),
+                        args={**BASE_ARGS, "eval_strategy": "epoch"}, **_classes(_HalvedInputs))
+    assert_parity(hf, ours)
+    assert ours.trainer.override_calls == hf.trainer.override_calls
+    # 2 epochs x 20 samples / 4 per micro-batch for training, 2 evaluations x 8 / 8 per eval batch.
+    assert ours.trainer.override_calls == {"_prepare_inputs": 12}
+
+
+def test_subclass_with_hf_shaped_step_bodies_matches_hf(tmp_path):
+    """GPT-2 (loss kwargs, so ``num_items_in_batch`` scaling) with dropout, GA=2, evaluation every epoch."""
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    def gpt2_with_dropout():
+        set_seed(42)
+        return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
+
+    train, evald = lm_data(n_train=24, n_eval=8)
+    hf, ours = run_pair(gpt2_with_dropout, tmp_path, train_dataset=train, eval_dataset=evald,
+                        args={**BASE_ARGS, "learning_rate": 3e-3, "eval_strategy": "epoch",
+                              "per_device_eval_batch_size": 4, "prediction_loss_only": False},
+                        **_classes(_HFShapedSteps))
+    assert_parity(hf, ours)
+    assert ours.trainer.override_calls == hf.trainer.override_calls
+    assert set(ours.trainer.override_calls) == {"training_step", "prediction_step"}

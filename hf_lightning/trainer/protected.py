@@ -1,0 +1,114 @@
+"""HF ``Trainer``'s protected members that subclasses override or call, on the ``Trainer`` facade.
+
+Subclasses written for HF (and bodies copied from HF's own ``training_step`` / ``prediction_step``) call
+``self._prepare_inputs(inputs)``, ``self.compute_loss_context_manager()``, ``self._get_num_items_in_batch(...)``,
+``self.current_gradient_accumulation_steps``, ``self.model_accepts_loss_kwargs`` and
+``self.accelerator.backward(loss)``. :class:`ProtectedMembers` gives the facade those names, each answered by the
+Lightning module of the run; ``_prepare_inputs`` / ``_prepare_input`` are also override points the module's default
+steps call (``hooks.TrainerHooks``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning import _compat
+from hf_lightning._utils import unwrap_model
+from hf_lightning.data.columns import signature_columns
+
+
+class ProtectedMembers:
+    """Mixed into ``hf_lightning.Trainer``; reads ``self.lightning_module`` and ``self.args``."""
+
+    lightning_module: Any
+    args: Any
+    model: nn.Module
+
+    # ------------------------------------------------------------------ inputs
+    def _prepare_input(self, data: Any) -> Any:
+        """HF's ``_prepare_input``: tensors anywhere in ``data`` on the training device, containers kept."""
+        return self.lightning_module._prepare_input(data)
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        """HF's ``_prepare_inputs``: the batch through ``_prepare_input``; an empty batch raises HF's error."""
+        return self.lightning_module._prepare_inputs(inputs)
+
+    def _prepare_context_parallel_inputs(self, model: nn.Module, inputs: dict) -> tuple[Any, dict]:
+        """HF's answer without context parallelism: a no-op context factory and the inputs unchanged."""
+        return contextlib.nullcontext, inputs
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: Any = None) -> torch.Tensor | None:
+        """HF's count of label tokens over ``batch_samples`` (the micro-batches of one window)."""
+        return self.lightning_module.num_items_in_batch(list(batch_samples))
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """HF's ``_signature_columns``: the model's ``forward`` arguments plus the label column names."""
+        if getattr(self, "_signature_columns", None) is None:
+            self._signature_columns = signature_columns(unwrap_model(self.model), self.lightning_module.label_names)
+
+    # ------------------------------------------------------------------ what the default steps read
+    @property
+    def label_names(self) -> list[str]:
+        return self.lightning_module.label_names
+
+    @property
+    def can_return_loss(self) -> bool:
+        return self.lightning_module.can_return_loss
+
+    @property
+    def model_accepts_loss_kwargs(self) -> bool:
+        return self.lightning_module.model_accepts_loss_kwargs
+
+    @property
+    def current_gradient_accumulation_steps(self) -> int:
+        """Micro-batches in the current accumulation window (the last window of an epoch may be shorter)."""
+        return self.lightning_module.current_window_len
+
+    @property
+    def accelerator(self) -> AcceleratorView:
+        """The part of HF's ``accelerate.Accelerator`` that HF's step bodies use, answered by Lightning."""
+        return AcceleratorView(self.lightning_module)
+
+
+class AcceleratorView:
+    """``backward``, ``distributed_type``, process counts, ``device`` and ``unwrap_model`` of the running fit."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """The backward of one micro-batch, through Lightning (precision scaling, DDP's sync)."""
+        self._module.release_gradients()
+        self._module.manual_backward(loss, **kwargs)
+
+    @property
+    def num_processes(self) -> int:
+        trainer = _compat.attached_trainer(self._module)
+        return 1 if trainer is None else trainer.world_size
+
+    @property
+    def process_index(self) -> int:
+        trainer = _compat.attached_trainer(self._module)
+        return 0 if trainer is None else trainer.global_rank
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def device(self) -> torch.device:
+        return self._module.device
+
+    @property
+    def distributed_type(self) -> str:
+        """accelerate's ``DistributedType`` value (a ``str`` enum, so it compares equal to this string)."""
+        if self.num_processes == 1:
+            return "NO"
+        return "MULTI_GPU" if self.device.type == "cuda" else "MULTI_CPU"
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        return unwrap_model(model)
