@@ -183,7 +183,7 @@ class Trainer(ProtectedMembers):
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
-        return HFDataModule(
+        dm = HFDataModule(
             self.args,
             train_dataset=self.train_dataset,
             eval_dataset=eval_dataset if eval_dataset is not None else self.eval_dataset,
@@ -192,6 +192,12 @@ class Trainer(ProtectedMembers):
             processing_class=self.processing_class,
             model=self.model,
         )
+        # A subclass's HF sampler hooks build the samplers (HF's get_*_dataloader call them).
+        dm.set_sampler_factories(
+            train=self._get_train_sampler if _overrides(self, "_get_train_sampler") else None,
+            eval=self._get_eval_sampler if _overrides(self, "_get_eval_sampler") else None,
+        )
+        return dm
 
     @property
     def lightning_module(self) -> HFLightningModule:

@@ -15,10 +15,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import SequentialSampler
 
 from hf_lightning import _compat
-from hf_lightning._utils import unwrap_model
+from hf_lightning._utils import has_len, unwrap_model
 from hf_lightning.data.columns import signature_columns
+from hf_lightning.data.datamodule import HFDataModule
 
 
 class ProtectedMembers:
@@ -27,6 +29,8 @@ class ProtectedMembers:
     lightning_module: Any
     args: Any
     model: nn.Module
+    train_dataset: Any
+    processing_class: Any
 
     # ------------------------------------------------------------------ inputs
     def _prepare_input(self, data: Any) -> Any:
@@ -49,6 +53,19 @@ class ProtectedMembers:
         """HF's ``_signature_columns``: the model's ``forward`` arguments plus the label column names."""
         if getattr(self, "_signature_columns", None) is None:
             self._signature_columns = signature_columns(unwrap_model(self.model), self.lightning_module.label_names)
+
+    # ------------------------------------------------------------------ samplers
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        """HF's train sampler for ``train_sampling_strategy`` (the seeded shuffle by default); override it to
+        train in another order (an override's ``RandomSampler`` is seeded as accelerate does)."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        return HFDataModule(self.args, processing_class=self.processing_class).default_train_sampler(dataset)
+
+    def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+        """HF's eval sampler: sequential on one process, ``None`` for an unsized dataset or several processes."""
+        if eval_dataset is None or not has_len(eval_dataset) or self.args.world_size > 1:
+            return None
+        return SequentialSampler(eval_dataset)
 
     # ------------------------------------------------------------------ what the default steps read
     @property

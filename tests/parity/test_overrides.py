@@ -303,3 +303,49 @@ def test_subclass_with_hf_shaped_step_bodies_matches_hf(tmp_path):
     assert_parity(hf, ours)
     assert ours.trainer.override_calls == hf.trainer.override_calls
     assert set(ours.trainer.override_calls) == {"training_step", "prediction_step"}
+
+
+class _Reversed(torch.utils.data.Sampler):
+    def __init__(self, dataset):
+        self.n = len(dataset)
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1))
+
+
+class _ReversedSamplers(_Counted):
+    def _get_train_sampler(self, train_dataset=None):
+        self._count("_get_train_sampler")
+        return _Reversed(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset):
+        self._count("_get_eval_sampler")
+        return _Reversed(eval_dataset)
+
+
+class _PlainRandomSampler(_Counted):
+    # accelerate swaps a RandomSampler for its seeded one in HF, so this trains in HF's default order.
+    def _get_train_sampler(self, train_dataset=None):
+        self._count("_get_train_sampler")
+        return torch.utils.data.RandomSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+
+def _first_prediction(eval_pred):
+    # Depends on the evaluation order, so a sampler override that is ignored shows.
+    return {"first": float(eval_pred.predictions.reshape(-1)[0])}
+
+
+@pytest.mark.parametrize("mixin", [_ReversedSamplers, _PlainRandomSampler])
+def test_sampler_overrides_build_the_loaders(tmp_path, mixin):
+    hf, ours = run_pair(RegressionModel, tmp_path, train_dataset=regression_data(n=20),
+                        eval_dataset=regression_data(n=8, seed=9),
+                        args={**BASE_ARGS, "eval_strategy": "epoch", "per_device_eval_batch_size": 3},
+                        trainer_kwargs=dict(compute_metrics=_first_prediction), **_classes(mixin))
+    assert_parity(hf, ours)
+    calls = ours.trainer.override_calls
+    assert calls["_get_train_sampler"] == hf.trainer.override_calls["_get_train_sampler"] == 1
+    # HF builds the eval loader at every evaluation; Lightning builds it once per fit.
+    assert (calls.get("_get_eval_sampler", 0) > 0) == ("_get_eval_sampler" in hf.trainer.override_calls)
