@@ -409,14 +409,9 @@ class Trainer(ProtectedMembers):
 
     # ------------------------------------------------------------------ saving helpers
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` as HF does."""
-        from hf_lightning.checkpointing.writer import save_model_files
-
-        output_dir = output_dir or self.args.output_dir
-        if self.args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
-            save_model_files(self.model, output_dir, processing_class=self.processing_class,
-                             data_collator=self.data_collator, args=self.args)
+        """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` through ``_save``, as HF
+        does. (``checkpoint-N`` folders are written by the ``CheckpointIO`` plugin, not through ``_save``.)"""
+        self._save(output_dir or self.args.output_dir)
 
     def save_state(self) -> None:
         """Write ``trainer_state.json`` to ``output_dir``."""

@@ -11,14 +11,19 @@ steps call (``hooks.TrainerHooks``).
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
+import safetensors.torch
 import torch
 from torch import nn
 from torch.utils.data import SequentialSampler
 
 from hf_lightning import _compat
 from hf_lightning._utils import has_len, unwrap_model
+from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_NAME
+from hf_lightning.checkpointing.model_state import PlainModelState
+from hf_lightning.checkpointing.writer import save_model_files
 from hf_lightning.data.columns import signature_columns
 from hf_lightning.data.datamodule import HFDataModule
 
@@ -31,6 +36,7 @@ class ProtectedMembers:
     model: nn.Module
     train_dataset: Any
     processing_class: Any
+    data_collator: Any
 
     # ------------------------------------------------------------------ inputs
     def _prepare_input(self, data: Any) -> Any:
@@ -53,6 +59,18 @@ class ProtectedMembers:
         """HF's ``_signature_columns``: the model's ``forward`` arguments plus the label column names."""
         if getattr(self, "_signature_columns", None) is None:
             self._signature_columns = signature_columns(unwrap_model(self.model), self.lightning_module.label_names)
+
+    # ------------------------------------------------------------------ saving
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """HF's ``_save`` (what ``save_model`` calls): the model's files (``state_dict`` instead of the model's own
+        when given), the processing class and ``training_args.bin``, on the saving process only."""
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        given = None if state_dict is None else _GivenStateDict(state_dict)
+        save_model_files(self.model, output_dir, processing_class=self.processing_class,
+                         data_collator=self.data_collator, args=self.args, model_state=given)
 
     # ------------------------------------------------------------------ samplers
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
@@ -89,6 +107,22 @@ class ProtectedMembers:
     def accelerator(self) -> AcceleratorView:
         """The part of HF's ``accelerate.Accelerator`` that HF's step bodies use, answered by Lightning."""
         return AcceleratorView(self.lightning_module)
+
+
+class _GivenStateDict(PlainModelState):
+    """Writes a given ``state_dict`` the way HF's ``_save`` does: through ``save_pretrained(state_dict=...)`` when
+    the model has it, else as ``model.safetensors``."""
+
+    def __init__(self, state_dict: dict) -> None:
+        self.state_dict = state_dict
+
+    def write(self, gathered: nn.Module, folder: str) -> None:
+        save_pretrained = getattr(gathered, "save_pretrained", None)
+        if callable(save_pretrained):
+            save_pretrained(folder, state_dict=self.state_dict)
+        else:
+            safetensors.torch.save_file({k: v.contiguous() for k, v in self.state_dict.items()},
+                                        os.path.join(folder, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
 
 
 class AcceleratorView:

@@ -349,3 +349,38 @@ def test_sampler_overrides_build_the_loaders(tmp_path, mixin):
     assert calls["_get_train_sampler"] == hf.trainer.override_calls["_get_train_sampler"] == 1
     # HF builds the eval loader at every evaluation; Lightning builds it once per fit.
     assert (calls.get("_get_eval_sampler", 0) > 0) == ("_get_eval_sampler" in hf.trainer.override_calls)
+
+
+class _SaveLinearOnly(_Counted):
+    # A common _save override: filter the weights, add a file of one's own, let HF's _save write the rest.
+    def _save(self, output_dir=None, state_dict=None):
+        self._count("_save")
+        state_dict = {k: v for k, v in self.model.state_dict().items() if k.startswith("lin.")}
+        super()._save(output_dir, state_dict=state_dict)
+        with open(f"{output_dir}/extra.txt", "w") as f:
+            f.write("mine")
+
+
+def test_save_override_is_what_save_model_writes(tmp_path):
+    import os
+
+    from safetensors.torch import load_file
+
+    import transformers
+
+    import hf_lightning
+
+    written = {}
+    for lib in (transformers, hf_lightning):
+        cls = _classes(_SaveLinearOnly)["hf_trainer_cls" if lib is transformers else "ours_trainer_cls"]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), report_to="none", use_cpu=True)
+        trainer = cls(model=RegressionModel(), args=args)
+        out = tmp_path / lib.__name__ / "saved"
+        trainer.save_model(str(out))
+        weights = load_file(str(out / "model.safetensors"))
+        # training_args.json is hf_lightning's readable copy of training_args.bin (an addition of ours).
+        files = sorted(name for name in os.listdir(out) if name != "training_args.json")
+        written[lib.__name__] = (files, {k: v.tolist() for k, v in weights.items()},
+                                 trainer.override_calls)
+    assert written["hf_lightning"] == written["transformers"]
+    assert sorted(written["hf_lightning"][1]) == ["lin.bias", "lin.weight"]
