@@ -1,7 +1,7 @@
 """The override points: HF ``Trainer`` methods that the module and the flow callback call on a ``hooks`` object.
 
-HF's Trainer calls its own ``compute_loss``, ``training_step``, ``prediction_step``, ``create_optimizer``,
-``create_scheduler``, ``log`` and ``evaluate`` at fixed points of its loop, and users subclass it to change them.
+HF's Trainer calls its own ``_prepare_inputs`` / ``_prepare_input``, ``compute_loss``, ``training_step``,
+``prediction_step``, ``create_optimizer``, ``create_scheduler``, ``log`` and ``evaluate`` at fixed points of its loop, and users subclass it to change them.
 :class:`~hf_lightning.module.HFLightningModule` and :class:`~hf_lightning.callbacks.HFFlowCallback` call the same
 names at the same points on the object given as ``hooks=``: the HF-style ``Trainer`` facade passes itself, so a
 subclass's override is used exactly where HF uses it. Without ``hooks`` the module and the flow callback use their
@@ -27,6 +27,14 @@ class TrainerHooks(Protocol):
 
     Each method has HF's signature and is called where HF's Trainer calls it.
     """
+
+    def _prepare_input(self, data: Any) -> Any:
+        """Tensors anywhere in ``data`` on the training device (containers kept); called by ``_prepare_inputs``."""
+        ...
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        """One batch, as the default ``training_step`` / ``prediction_step`` hand it to the model."""
+        ...
 
     def compute_loss(self, model: nn.Module, inputs: dict, return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | None = None) -> Any:

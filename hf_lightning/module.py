@@ -300,14 +300,7 @@ class HFLightningModule(pl.LightningModule):
     def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
         """HF's per-micro-batch ``Trainer.training_step``: loss, GA scaling, backward; returns the detached loss."""
         self._ensure_train_mode(model)
-        if len(inputs) == 0:
-            from hf_lightning.data.columns import signature_columns
-
-            raise ValueError(
-                "The batch received was empty, your model won't be able to train on it. Double-check that your "
-                "training dataset contains keys expected by the model: "
-                f"{','.join(signature_columns(unwrap_model(model), self.label_names))}."
-            )
+        inputs = self.hooks._prepare_inputs(inputs)
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if self.args.n_gpu > 1:
             loss = loss.mean()
@@ -325,6 +318,29 @@ class HFLightningModule(pl.LightningModule):
         self.release_gradients()
         self.manual_backward(loss)
         return loss.detach()
+
+    def _prepare_input(self, data: Any) -> Any:
+        """HF's ``_prepare_input``: tensors anywhere in ``data`` moved to this module's device, containers kept."""
+        if isinstance(data, Mapping):
+            return type(data)({key: self._prepare_input(value) for key, value in data.items()})
+        if isinstance(data, (tuple, list)):
+            return type(data)(self._prepare_input(value) for value in data)
+        if isinstance(data, torch.Tensor):
+            return data.to(device=self.device)
+        return data
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        """HF's ``_prepare_inputs``: one micro-batch through ``_prepare_input``; an empty batch is an error."""
+        inputs = self.hooks._prepare_input(inputs)
+        if len(inputs) == 0:
+            from hf_lightning.data.columns import signature_columns
+
+            raise ValueError(
+                "The batch received was empty, your model won't be able to train on it. Double-check that your "
+                "training dataset contains keys expected by the model: "
+                f"{','.join(signature_columns(unwrap_model(self.model), self.label_names))}."
+            )
+        return inputs
 
     def release_gradients(self) -> None:
         """Drop the gradients of the last optimizer step (HF's ``zero_grad``) if that has not happened yet.
@@ -486,6 +502,7 @@ class HFLightningModule(pl.LightningModule):
         if return_loss is None:
             return_loss = self.can_return_loss
         loss_without_labels = len(self.label_names) == 0 and return_loss
+        inputs = self.hooks._prepare_inputs(inputs)
         if ignore_keys is None:
             config = getattr(unwrap_model(model), "config", None)
             ignore_keys = list(getattr(config, "keys_to_ignore_at_inference", ["past_key_values"])) \

@@ -35,7 +35,7 @@ from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer
 from hf_lightning.checkpointing.rng import restore_rng_state
 from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
 from hf_lightning.optim import fit_optimizer_and_scheduler
-from hf_lightning.state import TrainerState, is_exportable_state
+from hf_lightning.state import TrainerState
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -130,23 +130,35 @@ class CheckpointResume:
     def restore_callback_states(self, state: TrainerState, events: HFEvents) -> None:
         """HF's ``restore_callback_states_from_checkpoint``: rebuild each saved stateful callback (and the control).
 
-        A new instance of each saved callback class, built from its saved args, gets the saved attributes and
-        replaces the attached one.
+        For each saved class name, the attached callbacks of that class are paired in order with the saved states
+        (several instances are stored as a list: the i-th gets the i-th state). Each pair gives a new instance built
+        from the saved args with the saved attributes set; it replaces the attached one and, as in HF, goes to the
+        end of the callback list. Saved classes that match no attached callback are ignored with HF's warning.
         """
-        saved = state.stateful_callbacks or {}
-        for cb in list(events.handler.callbacks) + [events.control]:
-            name = type(cb).__name__
-            if name not in saved or not is_exportable_state(cb):
+        attached = list(events.handler.callbacks) + [events.control]
+        not_found: list[str] = []
+        rebuilt: list[Any] = []
+        for name, saved in (state.stateful_callbacks or {}).items():
+            same_class = [cb for cb in attached if type(cb).__name__ == name]
+            if not same_class:
+                not_found.append(name)
                 continue
-            entry = saved[name][0] if isinstance(saved[name], list) else saved[name]
-            new = type(cb)(**entry.get("args", {}))
-            for key, value in entry.get("attributes", {}).items():
-                setattr(new, key, value)
-            if cb is events.control:
-                events.control = new
-            else:
-                events.handler.remove_callback(cb)
-                events.handler.add_callback(new)
+            for cb, entry in zip(same_class, saved if isinstance(saved, list) else [saved]):
+                new = type(cb)(**entry.get("args", {}))
+                for key, value in entry.get("attributes", {}).items():
+                    setattr(new, key, value)
+                if cb is events.control:
+                    events.control = new
+                else:
+                    events.handler.remove_callback(cb)
+                    rebuilt.append(new)
+        if not_found:
+            logger.warning(
+                "Checkpoint included callbacks not included in current configuration. Ignoring. (%s)",
+                ", ".join(not_found),
+            )
+        for new in rebuilt:
+            events.handler.add_callback(new)
 
     def restore_training(self, trainer: pl.Trainer, module: Any, state: TrainerState) -> None:
         """Verify the folder, load optimizer / scheduler / scaler, and fast-forward Lightning to ``state``'s step."""
@@ -194,15 +206,21 @@ class CheckpointResume:
 
 
 def _warn_changed_args(args: TrainingArguments, state: TrainerState) -> None:
-    changed = [
-        name for name, saved in (("logging_steps", state.logging_steps), ("eval_steps", state.eval_steps),
-                                 ("save_steps", state.save_steps))
-        if getattr(args, name, None) is not None and getattr(args, name) != saved
+    """HF's ``compare_trainer_and_checkpoint_args``: one warning listing each changed value, HF's wording."""
+    lines = [
+        f"\n\t{name}: {getattr(args, name)} (from args) != {saved} (from trainer_state.json)"
+        for name, saved in (("logging_steps", state.logging_steps), ("eval_steps", state.eval_steps),
+                            ("save_steps", state.save_steps))
+        if getattr(args, name, None) is not None and saved is not None and getattr(args, name) != saved
     ]
-    if state.train_batch_size is not None and args.per_device_train_batch_size != state.train_batch_size:
-        changed.append("per_device_train_batch_size")
-    if changed:
+    if state.train_batch_size is not None:
+        # HF compares the per-device size with the saved total divided by the GPU count.
+        saved_per_device = state.train_batch_size // max(1, args.n_gpu)
+        if args.per_device_train_batch_size != saved_per_device:
+            lines.append(f"\n\tper_device_train_batch_size: {args.per_device_train_batch_size} (from args) != "
+                         f"{saved_per_device} (from trainer_state.json)")
+    if lines:
         logger.warning(
-            "Resuming with %s different from the checkpoint; the checkpoint's logging/eval/save steps stay in "
-            "force.", ", ".join(changed),
+            "Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
+            "checkpoint directory: %s", "".join(lines),
         )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
@@ -79,6 +79,8 @@ class HFDataModule(pl.LightningDataModule):
         self._train_loader: DataLoader | None = None
         self._signature: list[str] | None = None
         self._skip_windows = 0
+        self._train_sampler_fn: Callable[[Any], Any] | None = None
+        self._eval_sampler_fn: Callable[[Any], Any] | None = None
 
     # ------------------------------------------------------------------ model binding / columns
     def bind_model(self, model: torch.nn.Module, label_names: list[str] | None = None) -> None:
@@ -121,7 +123,8 @@ class HFDataModule(pl.LightningDataModule):
                 kwargs["prefetch_factor"] = prefetch
         return kwargs
 
-    def _train_sampler(self, dataset: Any):
+    def default_train_sampler(self, dataset: Any):
+        """The sampler HF builds for ``train_sampling_strategy`` (``None`` for an iterable dataset)."""
         if isinstance(dataset, IterableDataset) or not has_len(dataset):
             return None
         args = self.args
@@ -159,6 +162,15 @@ class HFDataModule(pl.LightningDataModule):
         """
         self._train_loader = loader
 
+    def set_sampler_factories(self, train: Callable[[Any], Any] | None = None,
+                              eval: Callable[[Any], Any] | None = None) -> None:
+        """Build the train / eval samplers with ``train(dataset)`` / ``eval(dataset)`` instead of HF's defaults.
+
+        The facade passes a subclass's ``_get_train_sampler`` / ``_get_eval_sampler`` here. A plain
+        ``RandomSampler`` from ``train`` is replaced by the seeded shuffle, as accelerate replaces it in HF.
+        """
+        self._train_sampler_fn, self._eval_sampler_fn = train, eval
+
     def skip_first_windows(self, windows: int) -> None:
         """Start the next :meth:`train_dataloader` ``windows`` windows (optimizer steps) into its epoch.
 
@@ -179,7 +191,13 @@ class HFDataModule(pl.LightningDataModule):
                     "`train_dataset`."
                 )
             kwargs = self._loader_kwargs()
-            sampler = self._train_sampler(dataset)
+            if self._train_sampler_fn is None or isinstance(dataset, IterableDataset):
+                sampler = self.default_train_sampler(dataset)
+            else:
+                sampler = self._train_sampler_fn(dataset)
+                if isinstance(sampler, RandomSampler) and not sampler.replacement:
+                    seed = self.args.data_seed if self.args.data_seed is not None else torch.initial_seed()
+                    sampler = SeedableRandomSampler(dataset, seed)
             world, rank = self._layout()
             batch_size = self.args.train_batch_size
             if sampler is not None:
@@ -241,7 +259,8 @@ class HFDataModule(pl.LightningDataModule):
         dataset, collator = self._prepare(dataset, description)
         kwargs = self._loader_kwargs()
         if not isinstance(dataset, IterableDataset) and has_len(dataset):
-            kwargs["sampler"] = SequentialSampler(dataset)
+            kwargs["sampler"] = SequentialSampler(dataset) if self._eval_sampler_fn is None \
+                else self._eval_sampler_fn(dataset)
             kwargs["drop_last"] = bool(self.args.dataloader_drop_last)
         return DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **kwargs)
 

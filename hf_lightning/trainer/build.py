@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.plugins.precision import Precision
 
 from hf_lightning.args.validation import check_precision
 from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.loggers import build_loggers
+from hf_lightning.precision import HFMixedPrecision
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.strategies import cpu_run, process_layout, resolve_strategy
 
@@ -110,6 +112,17 @@ def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = No
         callbacks=[flow, *pl_callbacks],
         plugins=[HFCheckpointIO()],
     )
+    user_plugins = overrides.get("plugins")
+    user_plugins = [] if user_plugins is None else list(user_plugins) if isinstance(user_plugins, (list, tuple)) \
+        else [user_plugins]
+    if precision != "32-true" and "precision" not in overrides \
+            and not any(isinstance(p, Precision) for p in user_plugins):
+        # HF autocasts the model's forward only (accelerate); Lightning's plugin would wrap the backward too.
+        kwargs.pop("precision")
+        mixed = HFMixedPrecision(precision, "cpu" if on_cpu else "cuda")
+        kwargs["plugins"].append(mixed)
+        if "plugins" in overrides:
+            overrides = {**overrides, "plugins": [*user_plugins, mixed]}
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)
 

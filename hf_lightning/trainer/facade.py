@@ -41,11 +41,12 @@ from hf_lightning.trainer.batch_size import (
     training_batch_size,
 )
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
+from hf_lightning.trainer.protected import ProtectedMembers
 from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
 from hf_lightning.outputs import PredictionOutput, TrainOutput
 
 
-class Trainer:
+class Trainer(ProtectedMembers):
     """Drop-in for ``transformers.Trainer``: same arguments, same outputs on disk, Lightning underneath.
 
     Args:
@@ -194,7 +195,7 @@ class Trainer:
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
-        return HFDataModule(
+        dm = HFDataModule(
             self.args,
             train_dataset=self.train_dataset,
             eval_dataset=eval_dataset if eval_dataset is not None else self.eval_dataset,
@@ -203,6 +204,12 @@ class Trainer:
             processing_class=self.processing_class,
             model=self.model,
         )
+        # A subclass's HF sampler hooks build the samplers (HF's get_*_dataloader call them).
+        dm.set_sampler_factories(
+            train=self._get_train_sampler if _overrides(self, "_get_train_sampler") else None,
+            eval=self._get_eval_sampler if _overrides(self, "_get_eval_sampler") else None,
+        )
+        return dm
 
     @property
     def lightning_module(self) -> HFLightningModule:
@@ -464,14 +471,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ saving helpers
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` as HF does."""
-        from hf_lightning.checkpointing.writer import save_model_files
-
-        output_dir = output_dir or self.args.output_dir
-        if self.args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
-            save_model_files(self.model, output_dir, processing_class=self.processing_class,
-                             data_collator=self.data_collator, args=self.args)
+        """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` through ``_save``, as HF
+        does. (``checkpoint-N`` folders are written by the ``CheckpointIO`` plugin, not through ``_save``.)"""
+        self._save(output_dir or self.args.output_dir)
 
     def save_state(self) -> None:
         """Write ``trainer_state.json`` to ``output_dir``."""

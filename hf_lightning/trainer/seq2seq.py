@@ -161,6 +161,7 @@ class Seq2SeqTrainer(Trainer):
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
         has_labels = inputs.get("labels") is not None
+        inputs = self._prepare_inputs(inputs)
         if not gen_kwargs:
             gen_kwargs = dict(self._gen_kwargs)
         for key in ("num_beams", "max_length"):

@@ -173,3 +173,26 @@ def test_gradient_accumulation_larger_than_epoch(tmp_path, model_name):
     )
     assert_parity(hf, ours)
     assert [e["epoch"] for e in ours.log_history if "loss" in e] == [1.0, 2.0, 3.0]
+
+
+def _gpt2_with_dropout():
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    set_seed(42)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
+
+
+def test_bf16_autocast_covers_forward_only_as_hf(tmp_path):
+    """bf16 with dropout on: HF (accelerate) autocasts the model's forward only and returns fp32 outputs; the loss
+    scaling and the backward run outside autocast. Same scope here, so logs and weights are bit-identical."""
+    train, evald = lm_data(n_train=24, n_eval=8)
+    hf, ours = run_pair(
+        _gpt2_with_dropout, tmp_path, train_dataset=train, eval_dataset=evald,
+        args=dict(BASE, gradient_accumulation_steps=2, num_train_epochs=2, bf16=True, eval_strategy="epoch",
+                  per_device_eval_batch_size=4),
+    )
+    assert_parity(hf, ours, rtol=0.0)
+    for key in hf.state_dict:
+        assert torch.equal(ours.state_dict[key], hf.state_dict[key]), key
+    # The autocast wrapper lives only as long as the run: the model's own forward is back afterwards.
+    assert "forward" not in ours.trainer.model.__dict__

@@ -214,3 +214,173 @@ def test_compute_loss_override_on_causal_lm(tmp_path):
                         **_classes(TokenMeanLoss))
     assert_parity(hf, ours)
     assert ours.trainer.seen_num_items == hf.trainer.seen_num_items
+
+
+# ---------------------------------------------------------------------------------------------- protected members
+class _HalvedInputs(_Counted):
+    # HF's default training_step and prediction_step both pass every batch through _prepare_inputs.
+    def _prepare_inputs(self, inputs):
+        self._count("_prepare_inputs")
+        inputs = super()._prepare_inputs(inputs)
+        return {**inputs, "x": inputs["x"] * 0.5}
+
+
+def _detach(tensors):
+    if isinstance(tensors, (list, tuple)):
+        return type(tensors)(_detach(t) for t in tensors)
+    return tensors.detach() if isinstance(tensors, torch.Tensor) else tensors
+
+
+class _HFShapedSteps(_Counted):
+    """``training_step`` / ``prediction_step`` written the way HF 5.23's own bodies are (what subclasses copy):
+    ``_prepare_inputs``, ``compute_loss_context_manager``, ``model_accepts_loss_kwargs``,
+    ``current_gradient_accumulation_steps``, ``_get_num_items_in_batch`` and ``accelerator.backward``."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self._count("training_step")
+        cp_context, inputs = self._prepare_context_parallel_inputs(model, inputs)
+        with cp_context():
+            model.train()
+            inputs = self._prepare_inputs(inputs)
+            with self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            if self.args.n_gpu > 1:
+                loss = loss.mean()
+            scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) \
+                or self.compute_loss_func is not None
+            if not scaled:
+                loss = loss / self.current_gradient_accumulation_steps
+            if self.accelerator.distributed_type == "DEEPSPEED":
+                raise AssertionError("not a DeepSpeed run")
+            self.accelerator.backward(loss)
+            return loss.detach()
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        self._count("prediction_step")
+        has_labels = len(self.label_names) > 0 and all(inputs.get(k) is not None for k in self.label_names)
+        inputs = self._prepare_inputs(inputs)
+        if ignore_keys is None:
+            ignore_keys = getattr(self.model.config, "keys_to_ignore_at_inference", ["past_key_values"])
+        labels = _detach(tuple(inputs.get(name) for name in self.label_names)) if has_labels else None
+        if labels is not None and len(labels) == 1:
+            labels = labels[0]
+        with torch.no_grad():
+            num_items_in_batch = self._get_num_items_in_batch([inputs], self.args.device)
+            with self.compute_loss_context_manager():
+                loss, outputs = self.compute_loss(model, inputs, return_outputs=True,
+                                                  num_items_in_batch=num_items_in_batch)
+            loss = loss.detach().mean()
+            logits = tuple(v for k, v in outputs.items() if k not in ignore_keys + ["loss"])
+        if prediction_loss_only:
+            return loss, None, None
+        logits = _detach(logits)
+        return loss, logits[0] if len(logits) == 1 else logits, labels
+
+
+def test_prepare_inputs_override_reaches_training_and_evaluation(tmp_path):
+    hf, ours = run_pair(RegressionModel, tmp_path, train_dataset=regression_data(n=20),
+                        eval_dataset=regression_data(n=8, seed=9),
+                        args={**BASE_ARGS, "eval_strategy": "epoch"}, **_classes(_HalvedInputs))
+    assert_parity(hf, ours)
+    assert ours.trainer.override_calls == hf.trainer.override_calls
+    # 2 epochs x 20 samples / 4 per micro-batch for training, 2 evaluations x 8 / 8 per eval batch.
+    assert ours.trainer.override_calls == {"_prepare_inputs": 12}
+
+
+def test_subclass_with_hf_shaped_step_bodies_matches_hf(tmp_path):
+    """GPT-2 (loss kwargs, so ``num_items_in_batch`` scaling) with dropout, GA=2, evaluation every epoch."""
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    def gpt2_with_dropout():
+        set_seed(42)
+        return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
+
+    train, evald = lm_data(n_train=24, n_eval=8)
+    hf, ours = run_pair(gpt2_with_dropout, tmp_path, train_dataset=train, eval_dataset=evald,
+                        args={**BASE_ARGS, "learning_rate": 3e-3, "eval_strategy": "epoch",
+                              "per_device_eval_batch_size": 4, "prediction_loss_only": False},
+                        **_classes(_HFShapedSteps))
+    assert_parity(hf, ours)
+    assert ours.trainer.override_calls == hf.trainer.override_calls
+    assert set(ours.trainer.override_calls) == {"training_step", "prediction_step"}
+
+
+class _Reversed(torch.utils.data.Sampler):
+    def __init__(self, dataset):
+        self.n = len(dataset)
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1))
+
+
+class _ReversedSamplers(_Counted):
+    def _get_train_sampler(self, train_dataset=None):
+        self._count("_get_train_sampler")
+        return _Reversed(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset):
+        self._count("_get_eval_sampler")
+        return _Reversed(eval_dataset)
+
+
+class _PlainRandomSampler(_Counted):
+    # accelerate swaps a RandomSampler for its seeded one in HF, so this trains in HF's default order.
+    def _get_train_sampler(self, train_dataset=None):
+        self._count("_get_train_sampler")
+        return torch.utils.data.RandomSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+
+def _first_prediction(eval_pred):
+    # Depends on the evaluation order, so a sampler override that is ignored shows.
+    return {"first": float(eval_pred.predictions.reshape(-1)[0])}
+
+
+@pytest.mark.parametrize("mixin", [_ReversedSamplers, _PlainRandomSampler])
+def test_sampler_overrides_build_the_loaders(tmp_path, mixin):
+    hf, ours = run_pair(RegressionModel, tmp_path, train_dataset=regression_data(n=20),
+                        eval_dataset=regression_data(n=8, seed=9),
+                        args={**BASE_ARGS, "eval_strategy": "epoch", "per_device_eval_batch_size": 3},
+                        trainer_kwargs=dict(compute_metrics=_first_prediction), **_classes(mixin))
+    assert_parity(hf, ours)
+    calls = ours.trainer.override_calls
+    assert calls["_get_train_sampler"] == hf.trainer.override_calls["_get_train_sampler"] == 1
+    # HF builds the eval loader at every evaluation; Lightning builds it once per fit.
+    assert (calls.get("_get_eval_sampler", 0) > 0) == ("_get_eval_sampler" in hf.trainer.override_calls)
+
+
+class _SaveLinearOnly(_Counted):
+    # A common _save override: filter the weights, add a file of one's own, let HF's _save write the rest.
+    def _save(self, output_dir=None, state_dict=None):
+        self._count("_save")
+        state_dict = {k: v for k, v in self.model.state_dict().items() if k.startswith("lin.")}
+        super()._save(output_dir, state_dict=state_dict)
+        with open(f"{output_dir}/extra.txt", "w") as f:
+            f.write("mine")
+
+
+def test_save_override_is_what_save_model_writes(tmp_path):
+    import os
+
+    from safetensors.torch import load_file
+
+    import transformers
+
+    import hf_lightning
+
+    written = {}
+    for lib in (transformers, hf_lightning):
+        cls = _classes(_SaveLinearOnly)["hf_trainer_cls" if lib is transformers else "ours_trainer_cls"]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), report_to="none", use_cpu=True)
+        trainer = cls(model=RegressionModel(), args=args)
+        out = tmp_path / lib.__name__ / "saved"
+        trainer.save_model(str(out))
+        weights = load_file(str(out / "model.safetensors"))
+        # training_args.json is hf_lightning's readable copy of training_args.bin (an addition of ours).
+        files = sorted(name for name in os.listdir(out) if name != "training_args.json")
+        written[lib.__name__] = (files, {k: v.tolist() for k, v in weights.items()},
+                                 trainer.override_calls)
+    assert written["hf_lightning"] == written["transformers"]
+    assert sorted(written["hf_lightning"][1]) == ["lin.bias", "lin.weight"]
