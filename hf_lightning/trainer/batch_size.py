@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -96,3 +96,32 @@ def saved_train_batch_size(checkpoint: str | None) -> int | None:
     if path is None or not os.path.isfile(path):
         return None
     return TrainerState.load_from_json(path).train_batch_size
+
+
+def search_batch_size(args: TrainingArguments, checkpoint: str | None, attempt: Callable[[], Any],
+                      after_failure: Callable[[], None]) -> Any:
+    """HF's ``find_executable_batch_size`` around a whole training: ``attempt()`` again with a smaller batch.
+
+    The first attempt uses the batch size a resumed checkpoint recorded, else ``args.train_batch_size``; after an
+    out-of-memory error (:func:`should_reduce_batch_size`) ``after_failure()`` undoes what the failed attempt left on
+    the model, device memory is released and the next size is tried (accelerate's 0.9x step).
+
+    Returns:
+        What the first successful ``attempt()`` returns.
+
+    Raises:
+        RuntimeError: HF's "reached zero" error when no size fits; any error that is not an out-of-memory one.
+    """
+    batch_size = saved_train_batch_size(checkpoint) or args.train_batch_size
+    release_device_memory()
+    while batch_size > 0:
+        try:
+            with training_batch_size(args, batch_size):
+                return attempt()
+        except RuntimeError as error:
+            if not should_reduce_batch_size(error):
+                raise
+        after_failure()
+        release_device_memory()
+        batch_size = next_batch_size(batch_size)
+    raise RuntimeError(NO_BATCH_SIZE_LEFT)

@@ -31,15 +31,7 @@ from hf_lightning.evaluation import EvalRequest, as_metric_collection, finish_ev
 from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
-from hf_lightning.trainer.batch_size import (
-    EVAL_OUT_OF_MEMORY,
-    NO_BATCH_SIZE_LEFT,
-    next_batch_size,
-    release_device_memory,
-    saved_train_batch_size,
-    should_reduce_batch_size,
-    training_batch_size,
-)
+from hf_lightning.trainer.batch_size import EVAL_OUT_OF_MEMORY, search_batch_size, should_reduce_batch_size
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
 from hf_lightning.trainer.protected import ProtectedMembers
 from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
@@ -238,23 +230,14 @@ class Trainer(ProtectedMembers):
             self._module = None
         if not self.args.auto_find_batch_size:
             return self._fit(ckpt_path, ignore_keys_for_eval)
-        # HF's find_executable_batch_size: the whole training again, one Lightning fit per attempt, with 0.9x
-        # the batch after an out-of-memory error. The model and optimizer are kept; everything else is rebuilt.
-        batch_size = saved_train_batch_size(ckpt_path) or self.args.train_batch_size
-        release_device_memory()
-        while batch_size > 0:
-            try:
-                with training_batch_size(self.args, batch_size):
-                    return self._fit(ckpt_path, ignore_keys_for_eval)
-            except RuntimeError as error:
-                if not should_reduce_batch_size(error):
-                    raise
-            # A failed fit never reaches the module's teardown: undo its changes to the model (hooks) here.
-            if self._module is not None:
-                self._module.teardown("fit")
-            release_device_memory()
-            batch_size = next_batch_size(batch_size)
-        raise RuntimeError(NO_BATCH_SIZE_LEFT)
+        # HF's find_executable_batch_size: one Lightning fit per attempt; the model and optimizer are kept.
+        return search_batch_size(self.args, ckpt_path, lambda: self._fit(ckpt_path, ignore_keys_for_eval),
+                                 after_failure=self._undo_failed_fit)
+
+    def _undo_failed_fit(self) -> None:
+        # A failed fit never reaches the module's teardown: undo its changes to the model (hooks) here.
+        if self._module is not None:
+            self._module.teardown("fit")
 
     def _fit(self, ckpt_path: str | None, ignore_keys_for_eval: list[str] | None) -> TrainOutput:
         if not self._user_scheduler:
