@@ -130,16 +130,24 @@ def _files_under(prefixes: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- import time
-@pytest.mark.parametrize("module", PURE_MODULES)
-def test_pure_module_imports_without_lightning_or_the_facade(module):
+def test_pure_modules_import_without_lightning_or_the_facade():
+    # One fresh interpreter imports the pure modules one after the other and records what each import added:
+    # a module that pulls in Lightning or the facade shows up as the first one whose import added it.
     code = (
-        f"import importlib, json, sys; importlib.import_module({module!r}); "
-        "print(json.dumps(sorted(sys.modules)))"
+        "import importlib, json, sys\n"
+        "added = {}\n"
+        f"for module in {PURE_MODULES!r}:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(module)\n"
+        "    added[module] = sorted(set(sys.modules) - before)\n"
+        "print(json.dumps(added))\n"
     )
-    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                       cwd=PACKAGE_DIR.parent).stdout)
-    assert [m for m in loaded if m.split(".")[0] in LIGHTNING_ROOTS] == []
-    assert FACADE not in loaded
+    added = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                      cwd=PACKAGE_DIR.parent).stdout)
+    assert list(added) == list(PURE_MODULES)
+    offending = {module: [m for m in loaded if m.split(".")[0] in LIGHTNING_ROOTS or m == FACADE]
+                 for module, loaded in added.items()}
+    assert {module: found for module, found in offending.items() if found} == {}
 
 
 def test_star_import_gives_exactly_all_and_each_name_resolves():
