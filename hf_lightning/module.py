@@ -89,6 +89,8 @@ class HFLightningModule(pl.LightningModule):
             ``zero_grad`` runs right after the optimizer step.
         loss_is_scaled_for_ga: HF's override point: ``None`` lets the loss decide whether it is already scaled for
             gradient accumulation (``num_items_in_batch`` / ``compute_loss_func``); ``True`` / ``False`` forces it.
+        label_smoother: the ``LabelSmoother`` (or ``None``) the HF-style facade decided at ``Trainer()``, where HF
+            decides and warns; left out, the module decides from ``args.label_smoothing_factor`` and the model.
 
     Example:
         >>> trainer = build_lightning_trainer(args)                              # doctest: +SKIP
@@ -109,6 +111,7 @@ class HFLightningModule(pl.LightningModule):
         metrics: Any = None,
         hooks_call_hf_training_step: bool = False,
         loss_is_scaled_for_ga: bool | None = None,
+        label_smoother: Any = _UNDECIDED,
     ) -> None:
         super().__init__()
         if model is None:
@@ -133,9 +136,7 @@ class HFLightningModule(pl.LightningModule):
         self.loss_shifts_labels = getattr(unwrapped, "loss_type", None) in _SHIFTING_LOSS_TYPES and not getattr(
             config, "is_encoder_decoder", False
         )
-        # The HF-style facade decides (and warns) at Trainer(), as HF does; a bare module decides here.
-        smoother = getattr(hooks, "label_smoother", _UNDECIDED)
-        self.label_smoother = label_smoother_for(args, unwrapped) if smoother is _UNDECIDED else smoother
+        self.label_smoother = label_smoother_for(args, unwrapped) if label_smoother is _UNDECIDED else label_smoother
         self.label_names = list(args.label_names) if args.label_names else find_labels(unwrapped)
         self.can_return_loss = can_return_loss(unwrapped)
         # HF's Trainer sets the model's cache flag from args (default False); leaving it on changes bits.

@@ -184,6 +184,7 @@ class Trainer(ProtectedMembers):
             # The default training_step below goes through hf_training_step; a subclass's override may not.
             hooks_call_hf_training_step=not _overrides(self, "training_step"),
             loss_is_scaled_for_ga=self.loss_is_scaled_for_ga,
+            label_smoother=self.label_smoother,
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:
