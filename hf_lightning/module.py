@@ -30,6 +30,7 @@ from hf_lightning.args.enums import DebugOption
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import label_smoother_for, label_smoother_shifts_labels
+from hf_lightning.data.windows import PendingWindow
 from hf_lightning.debug import UnderflowOverflowDetector
 from hf_lightning.evaluation import (
     EvalAccumulator,
@@ -395,8 +396,14 @@ class HFLightningModule(pl.LightningModule):
     def training_step(self, window: list, batch_idx: int) -> dict:
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
+        if isinstance(window, PendingWindow):
+            # Loaded by HFDataModule.on_before_batch_transfer, unless the loader was handed to fit() directly.
+            window = self.trainer.strategy.batch_to_device(window.load())
         if not isinstance(window, list):
             window = [window]
+        if not window:
+            # The handle after an unsized loader's last window: the data ended at a window boundary.
+            return {"losses": [], "stepped": False, "micro_batches": 0}
         self.current_window_len = len(window)
         n_items = self.num_items_in_batch(window)
         # HF quirk (iterable datasets): a window cut short by the end of the data is not stepped; its gradients

@@ -21,7 +21,7 @@ from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
-from hf_lightning.data.windows import WindowedLoader
+from hf_lightning.data.windows import WindowedLoader, load_window
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -240,6 +240,11 @@ class HFDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> WindowedLoader:
         skip, self._skip_windows = self._skip_windows, 0
         return WindowedLoader(self.train_loader(), int(self.args.gradient_accumulation_steps), skip_windows=skip)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # An unsized train loader's windows are loaded here, after Lightning's look-ahead and before the batch
+        # hooks (and a resume's RNG restore), which is where HF loads a window (see windows.PendingWindow).
+        return load_window(batch)
 
     # ------------------------------------------------------------------ eval / test
     @property

@@ -8,6 +8,7 @@ list of up to ``GA`` collated micro-batches, cut per epoch exactly like HF (the 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -66,12 +67,15 @@ class WindowedLoader:
     def load_state_dict(self, state: dict) -> None:
         self.skip_windows = int(state.get("skip_windows", 0))
 
-    def __iter__(self) -> Iterator[list]:
+    def __iter__(self) -> Iterator[list | PendingWindow]:
         # A generator: nothing below runs (no sampler epoch read, no iterator created) until the first window
         # is requested, after Lightning has called set_epoch.
         skip, self.skip_windows = self.skip_windows, 0
         ga = self.gradient_accumulation_steps
         source, dropped = _skip_windows(self.loader, skip, ga)
+        if self.micro_batches() is None:
+            yield from _pending_windows(source, ga, dropped)
+            return
         window: list = []
         index = 0
         for batch in one_batch_ahead(source):
@@ -83,6 +87,64 @@ class WindowedLoader:
                 window = []
         if window and index >= dropped:
             yield window
+
+
+class PendingWindow:
+    """A window of an unsized loader whose micro-batches are loaded only when :meth:`load` is called.
+
+    Lightning reads a loader without a length one item ahead, to know which batch is the last. With ready-made
+    windows that would load (and collate, and draw random numbers for) window ``k + 1`` before window ``k``'s
+    forwards run, which HF never does. So an unsized loader hands out these handles and the datamodule's
+    ``on_before_batch_transfer`` loads each one just before its step, where HF's ``get_batch_samples`` loads it.
+    The last handle of an epoch may turn out empty: the data ended exactly at a window boundary.
+    """
+
+    def __init__(self, reader: _WindowReader) -> None:
+        self._reader = reader
+        self._batches: list | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._batches is not None
+
+    def load(self) -> list:
+        """The window's micro-batches (up to ``GA``; fewer at the end of the data, possibly none)."""
+        if self._batches is None:
+            self._batches = self._reader.next_window()
+        return self._batches
+
+
+class _WindowReader:
+    """Reads consecutive windows from a one-ahead micro-batch iterator, dropping the first ``drop`` windows."""
+
+    def __init__(self, source: Iterable, ga: int, drop: int) -> None:
+        self._batches = one_batch_ahead(source)
+        self._ga = ga
+        self._drop = drop
+        self.exhausted = False
+
+    def next_window(self) -> list:
+        while not self.exhausted:
+            window = list(itertools.islice(self._batches, self._ga))
+            self.exhausted = len(window) < self._ga
+            if self._drop and window:
+                self._drop -= 1
+                continue
+            return window
+        return []
+
+
+def _pending_windows(source: Iterable, ga: int, drop: int) -> Iterator[PendingWindow]:
+    # Lightning asks for handle k + 1 before window k is loaded, so whether the data ends is known only one
+    # handle late: the handle after the last window loads empty (the module steps nothing for it).
+    reader = _WindowReader(source, ga, drop)
+    while not reader.exhausted:
+        yield PendingWindow(reader)
+
+
+def load_window(batch: Any) -> Any:
+    """``batch`` itself, or the micro-batches of a :class:`PendingWindow` (loaded now)."""
+    return batch.load() if isinstance(batch, PendingWindow) else batch
 
 
 def one_batch_ahead(loader: Iterable) -> Iterator:
@@ -131,10 +193,12 @@ def _skip_windows(loader: Iterable, windows: int, ga: int) -> tuple[Iterable, in
     """
     if windows == 0:
         return loader, 0
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, IterableDataset
 
     batch_sampler = getattr(loader, "batch_sampler", None)
-    if isinstance(loader, DataLoader) and batch_sampler is not None and hasattr(batch_sampler, "__len__"):
+    # A DataLoader over an IterableDataset has a batch sampler too, of no use for skipping.
+    if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset) \
+            and batch_sampler is not None and hasattr(batch_sampler, "__len__"):
         kwargs = dict(
             batch_sampler=_SkipBatchSampler(batch_sampler, windows * ga),
             collate_fn=loader.collate_fn,
