@@ -1,7 +1,8 @@
 """The override points: HF ``Trainer`` methods that the module and the flow callback call on a ``hooks`` object.
 
 HF's Trainer calls its own ``_prepare_inputs`` / ``_prepare_input``, ``compute_loss``, ``training_step``,
-``prediction_step``, ``create_optimizer``, ``create_scheduler``, ``log`` and ``evaluate`` at fixed points of its loop, and users subclass it to change them.
+``prediction_step``, ``create_optimizer``, ``create_scheduler``, ``log``, ``evaluate`` and ``_load_from_checkpoint``
+at fixed points of its loop, and users subclass it to change them.
 :class:`~hf_lightning.module.HFLightningModule` and :class:`~hf_lightning.callbacks.HFFlowCallback` call the same
 names at the same points on the object given as ``hooks=``: the HF-style ``Trainer`` facade passes itself, so a
 subclass's override is used exactly where HF uses it. Without ``hooks`` the module and the flow callback use their
@@ -10,7 +11,8 @@ own implementations (the module's ``compute_loss`` / ``hf_training_step`` / ...,
 
 Everything else the two pieces need from their creator is an explicit constructor argument (for the module
 ``loss_is_scaled_for_ga`` and ``hooks_call_hf_training_step``, for the flow callback
-``eval_loss_full_batch_weight``), never an attribute read from ``hooks``. The other way round, the module reports
+``eval_loss_full_batch_weight``, ``step_end`` for a ``_maybe_log_save_evaluate`` override and ``write_model``
+for a ``save_model`` / ``_save`` override), never an attribute read from ``hooks``. The other way round, the module reports
 HF's per-micro-batch events to an :class:`EventSink` (the flow callback).
 """
 
@@ -66,6 +68,11 @@ class TrainerHooks(Protocol):
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """The evaluation the flow runs when ``should_evaluate`` is raised; returns the metrics."""
+        ...
+
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Load a checkpoint folder's model weights when training resumes from it."""
         ...
 
 

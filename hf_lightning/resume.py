@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
@@ -50,13 +51,16 @@ class CheckpointResume:
     Args:
         args: a ``TrainingArguments`` (``ignore_data_skip``, ``restore_callback_states_from_checkpoint`` and the
             step settings compared with the checkpoint's).
+        load_weights: ``load_weights(folder)`` loads the model's weights when a fit resumes (the facade passes
+            ``Trainer._load_from_checkpoint``, HF's override point); by default the model's kind loads them.
 
     Attributes:
         folder: the checkpoint this fit resumes from, or ``None``.
     """
 
-    def __init__(self, args: TrainingArguments) -> None:
+    def __init__(self, args: TrainingArguments, load_weights: Callable[[str], None] | None = None) -> None:
         self.args = args
+        self.load_weights = load_weights
         self.folder: str | None = None
         self._state: TrainerState | None = None
         self._micro_batches_done = 0
@@ -85,7 +89,10 @@ class CheckpointResume:
             return None
         path = validate_checkpoint_dir(path)
         module = trainer.lightning_module
-        load_model_weights(module.model, path, strict=False)
+        if self.load_weights is not None and trainer.state.fn == "fit":
+            self.load_weights(path)
+        else:
+            load_model_weights(module.model, path, strict=False)
         if trainer.state.fn == "fit":
             self._read_training_state(trainer, module, path)
         return {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from hf_lightning.callbacks.events import HFEvents
 from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.checkpointing.layout import checkpoint_folder_name
-from hf_lightning.checkpointing.model_state import model_state_for, prepare_model_saving
+from hf_lightning.checkpointing.model_state import ModelState, WrittenBy, model_state_for, prepare_model_saving
 from hf_lightning.checkpointing.reader import load_model_weights
 from hf_lightning.checkpointing.rotation import (
     clean_stale_temporary_folders,
@@ -52,10 +53,14 @@ class CheckpointSaver:
             ``save_only_model``, ``save_on_each_node``, ``load_best_model_at_end``).
         processing_class: saved with every checkpoint.
         data_collator: its tokenizer is saved when there is no processing class.
+        write_model: ``write_model(folder)`` writes the model's files of each checkpoint instead of the model's
+            own kind (a ``Trainer`` subclass's ``save_model`` / ``_save``, as HF's ``_save_checkpoint`` calls them).
     """
 
-    def __init__(self, args: TrainingArguments, processing_class: Any = None, data_collator: Any = None) -> None:
+    def __init__(self, args: TrainingArguments, processing_class: Any = None, data_collator: Any = None,
+                 write_model: Callable[[str], None] | None = None) -> None:
         self.args = args
+        self.write_model = write_model
         self.processing_class = processing_class
         self.data_collator = data_collator
         # Checkpoints an earlier run left in output_dir (not the lineage being resumed): never rotated away.
@@ -143,7 +148,7 @@ class CheckpointSaver:
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
             flush_in_background=in_background,
-            model_state=model_state_for(module.model),
+            model_state=self._model_state(module.model),
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io
@@ -161,6 +166,10 @@ class CheckpointSaver:
             run_in_background(f"rotating checkpoints in {run_dir}", rotate)
         else:
             rotate()
+
+    def _model_state(self, model: Any) -> ModelState:
+        state = model_state_for(model)
+        return state if self.write_model is None else WrittenBy(state, self.write_model)
 
     @staticmethod
     def wait_until_written() -> None:

@@ -67,6 +67,10 @@ class HFFlowCallback(pl.Callback):
         hf_progress: show HF's progress bar (``ProgressCallback``) instead of leaving progress to Lightning's bar.
         eval_loss_full_batch_weight: weigh every evaluation batch loss as a full batch (HF's ``Seq2SeqTrainer``,
             see :class:`~hf_lightning.evaluation.EvalRequest`).
+        write_model: writes each checkpoint's model files (see :class:`CheckpointSaver`); the facade passes a
+            subclass's ``save_model`` / ``_save`` override.
+        step_end: called instead of :meth:`log_evaluate_save` after each step and epoch (the facade passes a
+            subclass's ``_maybe_log_save_evaluate`` override here; HF's default body is :meth:`log_evaluate_save`).
 
     ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); it needs
     that trainer's settings (Lightning's own validation trigger and checkpointing off).
@@ -74,8 +78,10 @@ class HFFlowCallback(pl.Callback):
 
     def __init__(self, args: TrainingArguments, callbacks: list | None = None, processing_class: Any = None,
                  data_collator: Callable | None = None, hooks: TrainerHooks | None = None, hf_progress: bool = False,
-                 eval_loss_full_batch_weight: bool = False) -> None:
+                 eval_loss_full_batch_weight: bool = False, step_end: Callable[[], None] | None = None,
+                 write_model: Callable[[str], None] | None = None) -> None:
         self.args = args
+        self._step_end = step_end
         # HF appends PrinterCallback (disable_tqdm) or ProgressCallback after the user's callbacks. The facade asks
         # for HF's own bar (hf_progress=True, the output HF users know); the Lightning-native path keeps
         # Lightning's progress bar instead.
@@ -92,8 +98,8 @@ class HFFlowCallback(pl.Callback):
         # HF's log and evaluate, through the override points when there are some.
         self._log = hooks.log if hooks is not None else self.logbook.log
         self.evaluation = TrainingEvaluation(self.events, self._log, eval_loss_full_batch_weight)
-        self.saver = CheckpointSaver(args, processing_class, data_collator)
-        self.resume = CheckpointResume(args)
+        self.saver = CheckpointSaver(args, processing_class, data_collator, write_model=write_model)
+        self.resume = CheckpointResume(args, load_weights=None if hooks is None else hooks._load_from_checkpoint)
         self.train_output: TrainOutput | None = None
         self.micro_in_epoch = 0
         self._module: Any = None
@@ -242,8 +248,17 @@ class HFFlowCallback(pl.Callback):
 
     # ------------------------------------------------------------------ HF's log → evaluate → save
     def _maybe_log_save_evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # HF's order at a step: log, then evaluate, then save, so the best-metric bookkeeping and the rotation see
-        # the fresh evaluation.
+        if self._step_end is not None:
+            self._step_end()
+        else:
+            self.log_evaluate_save()
+
+    def log_evaluate_save(self) -> None:
+        """HF's ``_maybe_log_save_evaluate``: log, then evaluate, then save, as the control flags ask.
+
+        In this order so that the best-metric bookkeeping and the rotation see the fresh evaluation.
+        """
+        trainer = self.logbook.trainer
         if self.control.should_log and self.logbook.has_unlogged_steps():
             self._log(self.logbook.training_logs(), self.logbook.start_time)
         if self.control.should_evaluate:
@@ -252,9 +267,17 @@ class HFFlowCallback(pl.Callback):
             if enum_value(self.args.save_strategy) == "best":
                 self.control.should_save = is_new_best
         if self.control.should_save:
-            self.logbook.store_flos()
-            self.saver.save(trainer, pl_module, self.events)
+            self.save_checkpoint()
             self.events.fire("on_save")
+
+    def save_checkpoint(self) -> None:
+        """Write ``checkpoint-{global_step}`` now (HF's ``_save_checkpoint``; ``on_save`` is the caller's)."""
+        self.logbook.store_flos()
+        self.saver.save(self.logbook.trainer, self._module, self.events)
+
+    def evaluate_in_training(self, step_scheduler: bool = True) -> dict[str, float]:
+        """HF's ``_evaluate``: the evaluation a step end runs, then a metric-driven scheduler's step."""
+        return self._evaluate(self.logbook.trainer, step_scheduler)
 
     def _evaluate(self, trainer: pl.Trainer, step_scheduler: bool = True) -> dict[str, float]:
         metrics = self.hooks.evaluate() if self.hooks is not None else self.evaluate()

@@ -58,6 +58,7 @@ __all__ = [
     "is_peft_model",
     "model_state_for",
     "prepare_model_saving",
+    "WrittenBy",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,36 @@ class ModelState(Protocol):
         Raises:
             ValueError: The checkpoints would hold no weights :meth:`load` reads (names the fix).
         """
+
+
+class WrittenBy:
+    """Another :class:`ModelState` whose files are written by a function instead (a ``Trainer`` subclass's
+    ``save_model`` / ``_save``, which HF's ``_save_checkpoint`` calls for every checkpoint); every other step is the
+    wrapped kind's.
+
+    Args:
+        base: The model's own kind (gathering, loading, checks).
+        write_model: ``write_model(folder)`` writes the model's files into ``folder``.
+    """
+
+    def __init__(self, base: ModelState, write_model: Callable[[str], None]) -> None:
+        self.base = base
+        self.write_model = write_model
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        self.base.prepare(model)
+
+    def gather(self, model: torch.nn.Module, folder: str) -> Any:
+        return self.base.gather(model, folder)
+
+    def write(self, gathered: Any, folder: str) -> None:
+        self.write_model(folder)
+
+    def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
+        return self.base.load(model, folder, strict)
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        self.base.check_loadable(model)
 
 
 # ---- the plain kind: writing -----------------------------------------------------------------------------------

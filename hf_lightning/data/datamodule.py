@@ -81,6 +81,9 @@ class HFDataModule(pl.LightningDataModule):
         self._skip_windows = 0
         self._train_sampler_fn: Callable[[Any], Any] | None = None
         self._eval_sampler_fn: Callable[[Any], Any] | None = None
+        self._keep_columns: Callable[[], list[str]] | None = None
+        self._filter_dataset: Callable[[Any, str], Any] | None = None
+        self._wrap_collator: Callable[[Callable, str], Callable] | None = None
 
     # ------------------------------------------------------------------ model binding / columns
     def bind_model(self, model: torch.nn.Module, label_names: list[str] | None = None) -> None:
@@ -91,7 +94,23 @@ class HFDataModule(pl.LightningDataModule):
             self.label_names = list(label_names)
         self._signature = None
 
+    def set_column_rules(self, keep: Callable[[], list[str]] | None = None,
+                         filter_dataset: Callable[[Any, str], Any] | None = None,
+                         wrap_collator: Callable[[Callable, str], Callable] | None = None) -> None:
+        """Filter columns with other rules than HF's defaults (the facade passes a subclass's overrides).
+
+        Args:
+            keep: ``keep()`` → the column names to keep (HF's ``_signature_columns``).
+            filter_dataset: ``filter_dataset(dataset, description)`` → a ``datasets.Dataset`` without the unused
+                columns (HF's ``_remove_unused_columns``); it also decides whether to filter at all.
+            wrap_collator: ``wrap_collator(collator, description)`` → the collator for other datasets (HF's
+                ``_get_collator_with_removed_columns``).
+        """
+        self._keep_columns, self._filter_dataset, self._wrap_collator = keep, filter_dataset, wrap_collator
+
     def _signature_columns(self) -> list[str] | None:
+        if self._keep_columns is not None:
+            return self._keep_columns()
         if self.model is None:
             return None
         if self._signature is None:
@@ -101,8 +120,14 @@ class HFDataModule(pl.LightningDataModule):
     def _prepare(self, dataset: Any, description: str) -> tuple[Any, Callable]:
         """Apply ``remove_unused_columns`` to a dataset; returns it with the collator to use."""
         collator = self.data_collator
+        if _is_hf_dataset(dataset) and self._filter_dataset is not None:
+            return self._filter_dataset(dataset, description), collator
+        if not _is_hf_dataset(dataset) and self._wrap_collator is not None:
+            return dataset, self._wrap_collator(collator, description)
+        if not self.args.remove_unused_columns:
+            return dataset, collator
         columns = self._signature_columns()
-        if not self.args.remove_unused_columns or columns is None:
+        if columns is None:
             return dataset, collator
         if _is_hf_dataset(dataset):
             return remove_unused_columns(dataset, columns, description=description), collator
@@ -184,7 +209,7 @@ class HFDataModule(pl.LightningDataModule):
         if self.train_dataset is None:
             raise ValueError("Training requires a train_dataset: pass `train_dataset=` to HFDataModule / Trainer.")
         if self._train_loader is None:
-            dataset, collator = self._prepare(self.train_dataset, "training")
+            dataset, collator = self._prepare(self.train_dataset, "Training")
             if has_len(dataset) and len(dataset) == 0:
                 raise ValueError(
                     "The train_dataset is empty (0 rows): nothing to train on. Check the dataset you passed as "
@@ -259,7 +284,7 @@ class HFDataModule(pl.LightningDataModule):
             return list(self.eval_dataset.values())
         return [self.eval_dataset] if self.eval_dataset is not None else []
 
-    def eval_loader(self, dataset: Any, description: str = "evaluation") -> DataLoader:
+    def eval_loader(self, dataset: Any, description: str = "Evaluation") -> DataLoader:
         """A sequential dataloader over ``dataset`` with the eval batch size."""
         dataset, collator = self._prepare(dataset, description)
         kwargs = self._loader_kwargs()
@@ -278,4 +303,4 @@ class HFDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         if self.test_dataset is None:
             raise ValueError("Prediction requires a test_dataset.")
-        return self.eval_loader(self.test_dataset, "prediction")
+        return self.eval_loader(self.test_dataset, "test")

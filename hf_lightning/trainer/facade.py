@@ -133,19 +133,24 @@ class Trainer(ProtectedMembers):
         self._pl_callbacks = [cb for cb in callbacks or [] if _is_lightning_callback(cb)]
         self.flow = HFFlowCallback(args, callbacks=hf_callbacks, processing_class=processing_class, hf_progress=True,
                                    data_collator=data_collator, hooks=self,
-                                   eval_loss_full_batch_weight=self.eval_loss_full_batch_weight)
+                                   eval_loss_full_batch_weight=self.eval_loss_full_batch_weight,
+                                   step_end=self._call_maybe_log_save_evaluate
+                                   if _overrides(self, "_maybe_log_save_evaluate") else None,
+                                   write_model=self._write_checkpoint_model if _overrides(self, "_save")
+                                   or _overrides(self, "save_model") else None)
         self.callback_handler = self.flow.handler
         self.callback_handler.model = self.model
         self.is_in_train = False
         self._module: HFLightningModule | None = None
         self._datamodule: HFDataModule | None = None
         self._pl_trainer = None
+        # HF's cache of the columns the data loaders keep (filled by _set_signature_columns_if_needed).
+        self._signature_columns: list[str] | None = None
         if args.should_save and args.output_dir:
             # A clear error naming output_dir (a file, or under a file, or not writable) before anything is made.
             check_output_dir(args.output_dir)
             os.makedirs(args.output_dir, exist_ok=True)
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.flow.control)
-        self.flow.control = self.control
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -156,6 +161,15 @@ class Trainer(ProtectedMembers):
     @property
     def state(self):
         return self.flow.state
+
+    @property
+    def control(self):
+        """HF's ``TrainerControl`` of the run (the flow callback's)."""
+        return self.flow.control
+
+    @control.setter
+    def control(self, value) -> None:
+        self.flow.control = value
 
     def add_callback(self, callback: Any) -> None:
         """Add an HF-style callback (class or instance) to the list."""
@@ -201,6 +215,15 @@ class Trainer(ProtectedMembers):
         dm.set_sampler_factories(
             train=self._get_train_sampler if _overrides(self, "_get_train_sampler") else None,
             eval=self._get_eval_sampler if _overrides(self, "_get_eval_sampler") else None,
+        )
+        # ... and its column hooks (or columns it set itself) filter the data.
+        chose_columns = _overrides(self, "_set_signature_columns_if_needed") \
+            or getattr(self, "_signature_columns", None) is not None
+        dm.set_column_rules(
+            keep=self._columns_to_keep if chose_columns else None,
+            filter_dataset=self._remove_unused_columns if _overrides(self, "_remove_unused_columns") else None,
+            wrap_collator=self._get_collator_with_removed_columns
+            if _overrides(self, "_get_collator_with_removed_columns") else None,
         )
         return dm
 
@@ -331,7 +354,7 @@ class Trainer(ProtectedMembers):
         return None
 
     def get_test_dataloader(self, test_dataset: Any):
-        return (self._datamodule or self._build_datamodule()).eval_loader(test_dataset, "prediction")
+        return (self._datamodule or self._build_datamodule()).eval_loader(test_dataset, "test")
 
     # ------------------------------------------------------------------ evaluate / predict
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
@@ -456,8 +479,12 @@ class Trainer(ProtectedMembers):
     # ------------------------------------------------------------------ saving helpers
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` through ``_save``, as HF
-        does. (``checkpoint-N`` folders are written by the ``CheckpointIO`` plugin, not through ``_save``.)"""
+        does. A subclass's ``save_model`` / ``_save`` also writes the model files of every ``checkpoint-N`` (into
+        the folder being staged, as HF's ``_save_checkpoint`` calls them); otherwise the checkpoint writer does."""
         self._save(output_dir or self.args.output_dir)
+
+    def _write_checkpoint_model(self, folder: str) -> None:
+        self.save_model(folder, _internal_call=True)
 
     def save_state(self) -> None:
         """Write ``trainer_state.json`` to ``output_dir``."""

@@ -24,8 +24,11 @@ from hf_lightning._utils import has_len, unwrap_model
 from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_NAME
 from hf_lightning.checkpointing.model_state import PlainModelState
 from hf_lightning.checkpointing.writer import save_model_files
-from hf_lightning.data.columns import signature_columns
+from hf_lightning.callbacks.evaluation import update_best_metric
+from hf_lightning.checkpointing.reader import load_model_weights
+from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.datamodule import HFDataModule
+from hf_lightning.optim import current_learning_rate, fit_optimizer_and_scheduler
 
 
 class ProtectedMembers:
@@ -37,6 +40,10 @@ class ProtectedMembers:
     train_dataset: Any
     processing_class: Any
     data_collator: Any
+    flow: Any
+    state: Any
+    _module: Any
+    _pl_trainer: Any
 
     # ------------------------------------------------------------------ inputs
     def _prepare_input(self, data: Any) -> Any:
@@ -55,10 +62,89 @@ class ProtectedMembers:
         """HF's count of label tokens over ``batch_samples`` (the micro-batches of one window)."""
         return self.lightning_module.num_items_in_batch(list(batch_samples))
 
+    # ------------------------------------------------------------------ columns
     def _set_signature_columns_if_needed(self) -> None:
-        """HF's ``_signature_columns``: the model's ``forward`` arguments plus the label column names."""
+        """HF's ``_signature_columns``: the model's ``forward`` arguments plus the label column names.
+
+        Override it (or set ``self._signature_columns``) to keep other columns: the data loaders filter with it.
+        """
         if getattr(self, "_signature_columns", None) is None:
             self._signature_columns = signature_columns(unwrap_model(self.model), self.lightning_module.label_names)
+
+    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
+        """HF's column filter for a ``datasets.Dataset``: the columns ``forward`` does not take are removed
+        (unless ``remove_unused_columns=False``). Other datasets are filtered per batch by the collator."""
+        if not self.args.remove_unused_columns:
+            return dataset
+        self._set_signature_columns_if_needed()
+        return remove_unused_columns(dataset, self._signature_columns, description=description,
+                                     model_name=type(unwrap_model(self.model)).__name__)
+
+    def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
+        """HF's collator wrapper that drops the columns ``forward`` does not take, for non-``datasets`` data."""
+        if not self.args.remove_unused_columns:
+            return data_collator
+        self._set_signature_columns_if_needed()
+        return RemoveColumnsCollator(data_collator, self._signature_columns, description=description,
+                                     model_name=type(unwrap_model(self.model)).__name__)
+
+    def _columns_to_keep(self) -> list[str]:
+        """What the data loaders keep (the datamodule asks when a subclass chose the columns)."""
+        self._set_signature_columns_if_needed()
+        return list(self._signature_columns)
+
+    # ------------------------------------------------------------------ log → evaluate → save
+    @property
+    def _globalstep_last_logged(self) -> int:
+        return self.flow.logbook.globalstep_last_logged
+
+    @_globalstep_last_logged.setter
+    def _globalstep_last_logged(self, value: int) -> None:
+        self.flow.logbook.globalstep_last_logged = value
+
+    @property
+    def _total_loss_scalar(self) -> float:
+        return self.flow.logbook.total_loss_scalar
+
+    @_total_loss_scalar.setter
+    def _total_loss_scalar(self, value: float) -> None:
+        self.flow.logbook.total_loss_scalar = value
+
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: Any, model: nn.Module, trial: Any,
+                                 epoch: float, ignore_keys_for_eval: list[str] | None, start_time: float,
+                                 learning_rate: float | None = None) -> None:
+        """HF's step end: log (when ``control.should_log``), evaluate, save; called after every optimizer step and
+        at every epoch end. Override it to add logs or change what happens; ``super()`` does HF's work."""
+        self.flow.log_evaluate_save()
+
+    def _call_maybe_log_save_evaluate(self) -> None:
+        # The flow callback's step end when a subclass overrides _maybe_log_save_evaluate: HF's arguments.
+        logbook = self.flow.logbook
+        request = getattr(self._module, "eval_request", None)
+        self._maybe_log_save_evaluate(logbook.tr_loss, logbook.last_grad_norm, self.model, None, self.state.epoch,
+                                      None if request is None else request.ignore_keys, logbook.start_time,
+                                      learning_rate=logbook.last_learning_rate)
+
+    def _get_learning_rate(self) -> float:
+        """The learning rate the optimizer's first group uses now."""
+        return current_learning_rate(*fit_optimizer_and_scheduler(self._pl_trainer))
+
+    def _evaluate(self, trial: Any, ignore_keys_for_eval: list[str] | None, skip_scheduler: bool = False) -> dict:
+        """HF's evaluation inside training: ``evaluate()`` and then a metric-driven scheduler's step."""
+        return self.flow.evaluate_in_training(step_scheduler=not skip_scheduler)
+
+    def _determine_best_metric(self, metrics: dict[str, float], trial: Any = None) -> bool:
+        """Record a new best ``metric_for_best_model`` in the state; whether ``metrics`` set one."""
+        return update_best_metric(self.args, self.state, metrics)
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any = None) -> None:
+        """Write ``checkpoint-{global_step}`` now (crash-safely; rotation as ``save_total_limit`` says)."""
+        self.flow.save_checkpoint()
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """HF's weight loading on resume: the checkpoint's model files into ``model`` (the trainer's model by
+        default), as saved (PEFT adapters, sharded files); override it to load differently."""
+        load_model_weights(model if model is not None else self.model, resume_from_checkpoint, strict=False)
 
     # ------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
