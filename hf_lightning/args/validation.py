@@ -222,11 +222,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
         "(underflow_overflow is supported).",
     ),
-    (
-        "skip_memory_metrics",
-        lambda value: not value,
-        "memory metrics are not reported; remove skip_memory_metrics=False.",
-    ),
 )
 
 # Accelerate options (inside `accelerator_config`) that change behaviour hf_lightning does not reproduce.
@@ -240,11 +235,6 @@ _UNSUPPORTED_ACCELERATOR_CONFIG: tuple[tuple[str, Callable[[Any], bool], str], .
         "dispatch_batches",
         bool,
         "every process loads its own batches; remove dispatch_batches.",
-    ),
-    (
-        "gradient_accumulation_kwargs",
-        lambda value: bool(value),
-        "use gradient_accumulation_steps; remove gradient_accumulation_kwargs.",
     ),
     (
         "use_configured_state",
@@ -267,11 +257,30 @@ def refuse_unsupported(args: TrainingArguments) -> None:
         value = args.accelerator_config.get(key)
         if is_unsupported(value):
             raise ValueError(f"`accelerator_config['{key}']={value!r}` is not supported by hf_lightning: {reason}")
+    _apply_gradient_accumulation_kwargs(args)
     if isinstance(args.fsdp_config, dict) and args.fsdp and args.fsdp_config.get("xla"):
         raise ValueError(
             "`fsdp_config['xla']=True` is not supported by hf_lightning: PyTorch/XLA FSDP has no Lightning "
             "strategy here; remove the xla keys to use FSDP on GPUs."
         )
+
+
+def _apply_gradient_accumulation_kwargs(args: TrainingArguments) -> None:
+    """HF's reading of ``accelerator_config['gradient_accumulation_kwargs']``: its ``num_steps`` becomes
+    ``gradient_accumulation_steps`` (an error when both are set); its other keys (accelerate's own accumulation,
+    which HF's loop does not use) change nothing, as in HF."""
+    kwargs = args.accelerator_config.get("gradient_accumulation_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ValueError("`accelerator_config['gradient_accumulation_kwargs']` must be a dict, e.g. {'num_steps': 4}.")
+    if "num_steps" not in kwargs:
+        return
+    if args.gradient_accumulation_steps > 1:
+        raise ValueError(
+            "The `AcceleratorConfig`'s `num_steps` is set but `gradient_accumulation_steps` is greater than 1 in the "
+            "passed `TrainingArguments`. If using the passed `AcceleratorConfig` is desired, do not set the "
+            "`TrainingArguments` `gradient_accumulation_steps`."
+        )
+    args.gradient_accumulation_steps = int(kwargs["num_steps"])
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class HFFlowCallback(pl.Callback):
             see :class:`~hf_lightning.evaluation.EvalRequest`).
         write_model: writes each checkpoint's model files (see :class:`CheckpointSaver`); the facade passes a
             subclass's ``save_model`` / ``_save`` override.
+        finish_train_metrics: called with the end-of-training metrics before they are logged (the facade adds
+            HF's memory metrics there).
         step_end: called instead of :meth:`log_evaluate_save` after each step and epoch (the facade passes a
             subclass's ``_maybe_log_save_evaluate`` override here; HF's default body is :meth:`log_evaluate_save`).
 
@@ -79,8 +81,10 @@ class HFFlowCallback(pl.Callback):
     def __init__(self, args: TrainingArguments, callbacks: list | None = None, processing_class: Any = None,
                  data_collator: Callable | None = None, hooks: TrainerHooks | None = None, hf_progress: bool = False,
                  eval_loss_full_batch_weight: bool = False, step_end: Callable[[], None] | None = None,
-                 write_model: Callable[[str], None] | None = None) -> None:
+                 write_model: Callable[[str], None] | None = None,
+                 finish_train_metrics: Callable[[dict], None] | None = None) -> None:
         self.args = args
+        self._finish_train_metrics = finish_train_metrics
         self._step_end = step_end
         # HF appends PrinterCallback (disable_tqdm) or ProgressCallback after the user's callbacks. The facade asks
         # for HF's own bar (hf_progress=True, the output HF users know); the Lightning-native path keeps
@@ -241,6 +245,8 @@ class HFFlowCallback(pl.Callback):
         self.saver.wait_until_written()
         self.resume.reset()
         train_loss, metrics = self.logbook.summary(pl_module.plan.num_train_samples)
+        if self._finish_train_metrics is not None:
+            self._finish_train_metrics(metrics)
         self._log(metrics)
         self.saver.finish(trainer, pl_module, self.state)
         self.events.fire("on_train_end")

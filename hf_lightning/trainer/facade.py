@@ -10,6 +10,7 @@ call, so a subclass's override takes effect exactly where HF's would.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import time
@@ -33,6 +34,7 @@ from hf_lightning.preflight import check_output_dir
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.trainer.batch_size import EVAL_OUT_OF_MEMORY, search_batch_size, should_reduce_batch_size
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
+from hf_lightning.trainer.memory import MemoryTracker
 from hf_lightning.trainer.protected import ProtectedMembers
 from hf_lightning.trainer.reporting import metrics_format, print_metrics, write_metrics
 from hf_lightning.outputs import PredictionOutput, TrainOutput
@@ -90,6 +92,9 @@ class Trainer(ProtectedMembers):
 
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        # HF's memory metrics (skip_memory_metrics=False) measure the construction too.
+        self._memory_tracker = MemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker.start("init")
         if args.full_determinism:
             enable_full_determinism(args.seed)
         else:
@@ -137,7 +142,9 @@ class Trainer(ProtectedMembers):
                                    step_end=self._call_maybe_log_save_evaluate
                                    if _overrides(self, "_maybe_log_save_evaluate") else None,
                                    write_model=self._write_checkpoint_model if _overrides(self, "_save")
-                                   or _overrides(self, "save_model") else None)
+                                   or _overrides(self, "save_model") else None,
+                                   finish_train_metrics=functools.partial(
+                                       self._memory_tracker.stop_and_update_metrics, "train"))
         self.callback_handler = self.flow.handler
         self.callback_handler.model = self.model
         self.is_in_train = False
@@ -151,6 +158,7 @@ class Trainer(ProtectedMembers):
             check_output_dir(args.output_dir)
             os.makedirs(args.output_dir, exist_ok=True)
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.flow.control)
+        self._memory_tracker.stop_and_update_metrics("init")
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -245,6 +253,14 @@ class Trainer(ProtectedMembers):
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         ckpt_path = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        self._memory_tracker.start("train")
+        try:
+            return self._train(ckpt_path, trial, ignore_keys_for_eval)
+        finally:
+            # Reported with the end-of-training metrics; a failed train() stops measuring here.
+            self._memory_tracker.stop("train")
+
+    def _train(self, ckpt_path: str | None, trial: Any, ignore_keys_for_eval: list[str] | None) -> TrainOutput:
         if self.model_init is not None:
             set_seed(self.args.seed)
             self.model = self.call_model_init(trial)
@@ -386,9 +402,11 @@ class Trainer(ProtectedMembers):
             for name, ds in dataset.items():
                 metrics.update(self.evaluate(ds, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
+        self._memory_tracker.start("eval")
         _, _, metrics = self._run_eval_loop(self.get_eval_dataloader(dataset), dataset, ignore_keys,
                                             metric_key_prefix, predict=False)
         self.flow.evaluation.report(metrics)
+        self._memory_tracker.stop_and_update_metrics("eval", metrics)
         return metrics
 
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
@@ -399,9 +417,11 @@ class Trainer(ProtectedMembers):
         metrics are computed when the dataset has labels. Fires ``on_prediction_step`` per batch, then
         ``on_predict`` (nothing is logged).
         """
+        self._memory_tracker.start("test")
         predictions, label_ids, metrics = self._run_eval_loop(self.get_test_dataloader(test_dataset), test_dataset,
                                                               ignore_keys, metric_key_prefix, predict=True)
         self.flow.events.fire("on_predict", metrics=metrics)
+        self._memory_tracker.stop_and_update_metrics("test", metrics)
         return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
 
     def _run_eval_loop(self, dataloader: Any, dataset: Any, ignore_keys: list[str] | None, prefix: str,
