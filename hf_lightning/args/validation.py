@@ -227,16 +227,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 # Accelerate options (inside `accelerator_config`) that change behaviour hf_lightning does not reproduce.
 _UNSUPPORTED_ACCELERATOR_CONFIG: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     (
-        "split_batches",
-        bool,
-        "the per-device batch size is always per_device_train_batch_size; remove split_batches.",
-    ),
-    (
-        "dispatch_batches",
-        bool,
-        "every process loads its own batches; remove dispatch_batches.",
-    ),
-    (
         "use_configured_state",
         bool,
         "there is no Accelerate state to reuse; remove use_configured_state.",

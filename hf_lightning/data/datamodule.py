@@ -230,9 +230,14 @@ class HFDataModule(pl.LightningDataModule):
                 if kwargs["num_workers"] > 0:
                     kwargs["worker_init_fn"] = lambda wid: _seed_worker(wid, kwargs["num_workers"], rank)
                 if world > 1:
-                    # Every process draws the same shuffle; batch i goes to process i % world (accelerate's way).
-                    kwargs["batch_sampler"] = ShardedBatchSampler(BatchSampler(sampler, batch_size, drop_last),
-                                                                  world, rank)
+                    # Every process draws the same shuffle; batch i goes to process i % world (accelerate's way), or
+                    # with split_batches every process takes its slice of each batch. dispatch_batches (one process
+                    # loads and sends) hands each process the same rows as this, so it needs nothing here.
+                    accelerate = self.args.accelerator_config
+                    kwargs["batch_sampler"] = ShardedBatchSampler(
+                        BatchSampler(sampler, batch_size, drop_last), world, rank,
+                        even_batches=bool(accelerate.get("even_batches", True)),
+                        split_batches=bool(accelerate.get("split_batches", False)))
                     batch_size = 1  # DataLoader's default; it must stay untouched next to a batch_sampler
                 else:
                     kwargs.update(sampler=sampler, drop_last=drop_last)

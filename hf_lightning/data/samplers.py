@@ -208,15 +208,22 @@ class ShardedBatchSampler:
         even_batches: complete the last round so that every process gets the same number of batches.
     """
 
-    def __init__(self, batch_sampler: Any, num_processes: int, process_index: int, even_batches: bool = True) -> None:
+    def __init__(self, batch_sampler: Any, num_processes: int, process_index: int, even_batches: bool = True,
+                 split_batches: bool = False) -> None:
         if not 0 <= process_index < num_processes:
             raise ValueError(f"process_index must be in [0, {num_processes}), got {process_index}.")
         self.batch_sampler = batch_sampler
         self.num_processes = num_processes
         self.process_index = process_index
         self.even_batches = even_batches
+        self.split_batches = split_batches
         self.batch_size = batch_sampler.batch_size
         self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+        if split_batches and self.batch_size % num_processes:
+            raise ValueError(
+                f"accelerator_config['split_batches']=True splits each batch of per_device_train_batch_size="
+                f"{self.batch_size} over {num_processes} processes: make the batch size a multiple of {num_processes}."
+            )
 
     @property
     def sampler(self) -> Any:
@@ -225,6 +232,8 @@ class ShardedBatchSampler:
 
     def __len__(self) -> int:
         total, world = len(self.batch_sampler), self.num_processes
+        if self.split_batches:
+            return total
         if total % world == 0 or self.drop_last:
             return total // world
         if self.even_batches:
@@ -232,6 +241,9 @@ class ShardedBatchSampler:
         return total // world + (1 if self.process_index < total % world else 0)
 
     def __iter__(self) -> Iterator[list[int]]:
+        if self.split_batches:
+            yield from self._split()
+            return
         world, rank, size = self.num_processes, self.process_index, self.batch_size
         head: list[int] = []  # indices of the first round, reused to complete the last one
         mine = None
@@ -267,3 +279,28 @@ class ShardedBatchSampler:
             cursor = end
             batch = []
             idx += 1
+
+    def _split(self) -> Iterator[list[int]]:
+        # accelerate's split_batches: every process walks the same batches and takes its 1/world slice of each.
+        # An incomplete last batch is completed from the first batch (even_batches), handed out as far as it goes
+        # (not even), or dropped (drop_last).
+        size, piece = self.batch_size, self.batch_size // self.num_processes
+        lo, hi = piece * self.process_index, piece * (self.process_index + 1)
+        first: list[int] = []
+        last: list[int] = []
+        for i, batch in enumerate(self.batch_sampler):
+            if i == 0:
+                first = list(batch)
+            last = list(batch)
+            if len(batch) == size:
+                yield last[lo:hi]
+        if self.drop_last or not first or len(last) == size:
+            return
+        if not self.even_batches:
+            if len(last) > lo:
+                yield last[lo:hi]
+            return
+        filler = first
+        while len(filler) < size:
+            filler = filler + filler
+        yield (last + filler)[lo:hi]

@@ -162,8 +162,6 @@ REFUSED = [
     ({"trackio_bucket_id": "me/bucket"}, r"`trackio_bucket_id='me/bucket'` is not supported"),
     ({"trackio_static_space_id": False}, r"`trackio_static_space_id=False` is not supported"),
     ({"debug": "tpu_metrics_debug"}, r"`debug=\['tpu_metrics_debug'\]` is not supported .* no TPUs"),
-    ({"accelerator_config": {"split_batches": True}}, r"`accelerator_config\['split_batches'\]=True` is not supported"),
-    ({"accelerator_config": {"dispatch_batches": True}}, r"`accelerator_config\['dispatch_batches'\]=True`"),
     ({"accelerator_config": {"use_configured_state": True}}, r"`accelerator_config\['use_configured_state'\]=True`"),
     ({"fsdp": True, "fsdp_config": {"xla": True}}, r"`fsdp_config\['xla'\]=True` is not supported"),
 ]

@@ -28,3 +28,48 @@ def test_exposes_the_shuffling_sampler_and_checks_rank():
     assert ShardedBatchSampler(BatchSampler(inner, 2, False), 2, 1).sampler is inner
     with pytest.raises(ValueError, match="process_index"):
         ShardedBatchSampler(BatchSampler(inner, 2, False), 2, 2)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 23])
+@pytest.mark.parametrize(("batch_size", "world"), [(4, 2), (6, 3), (6, 2)])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("even", [True, False])
+def test_split_batches_as_accelerate(n, batch_size, world, drop_last, even):
+    """accelerator_config['split_batches']=True: each process takes its slice of every batch."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    for rank in range(world):
+        theirs = BatchSamplerShard(BatchSampler(SequentialSampler(range(n)), batch_size, drop_last),
+                                   num_processes=world, process_index=rank, split_batches=True, even_batches=even)
+        ours = ShardedBatchSampler(BatchSampler(SequentialSampler(range(n)), batch_size, drop_last), world, rank,
+                                   even_batches=even, split_batches=True)
+        assert list(ours) == list(theirs)
+        assert len(ours) == len(theirs)
+
+
+def test_split_batches_needs_a_batch_size_the_processes_divide():
+    with pytest.raises(ValueError, match=r"split_batches.*per_device_train_batch_size=5 over 2 processes"):
+        ShardedBatchSampler(BatchSampler(SequentialSampler(range(8)), 5, False), 2, 0, split_batches=True)
+
+
+@pytest.mark.parametrize("config", [{"split_batches": True}, {"even_batches": False}, {"dispatch_batches": True}])
+def test_the_train_loader_of_a_process_follows_accelerator_config(config, tmp_path):
+    """What HFDataModule gives process 1 of 2, against accelerate sharding the same seeded shuffle."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    from hf_lightning import HFDataModule, TrainingArguments
+
+    class SecondOfTwo(HFDataModule):
+        def _layout(self):
+            return 2, 1
+
+    rows = [{"x": i} for i in range(11)]
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, accelerator_config=config,
+                             report_to="none")
+    dm = SecondOfTwo(args, train_dataset=rows, data_collator=lambda feats: [f["x"] for f in feats])
+    ours = list(dm.train_loader())
+    sampler = dm.default_train_sampler(rows)
+    theirs = BatchSamplerShard(BatchSampler(sampler, 4, False), num_processes=2, process_index=1,
+                               split_batches=bool(config.get("split_batches")),
+                               even_batches=config.get("even_batches", True))
+    assert ours == [list(batch) for batch in theirs]
