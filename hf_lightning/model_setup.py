@@ -27,6 +27,31 @@ def _base_model(model: nn.Module) -> nn.Module:
     return model
 
 
+LIGER_MISSING = ("You have set `use_liger_kernel` to `True` but liger-kernel >= 0.3.0 is not available. Please "
+                 "install it with `pip install liger-kernel`")
+
+
+def apply_liger_kernel(model: nn.Module, kernel_config: dict | None) -> None:
+    """HF's ``use_liger_kernel``: liger-kernel's fused (Triton, GPU) kernels patched into the model in place.
+
+    As HF: a transformers model (also under a PEFT wrapper) is patched with ``liger_kernel_config`` as keyword
+    arguments; any other model gets a warning and is left alone.
+
+    Raises:
+        ImportError: ``liger-kernel`` is not installed (HF's message).
+    """
+    try:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    except ImportError as error:
+        raise ImportError(LIGER_MISSING) from error
+    base = _base_model(model)
+    if callable(getattr(base, "save_pretrained", None)) and hasattr(base, "config"):
+        _apply_liger_kernel_to_instance(model=base, **(kernel_config or {}))
+    else:
+        warnings.warn("The model is not an instance of PreTrainedModel. No liger kernels will be applied.",
+                      stacklevel=2)
+
+
 def enable_activation_checkpointing(model: nn.Module, args: TrainingArguments) -> None:
     """HF's ``activation_checkpointing`` (4.x: ``gradient_checkpointing``) with its kwargs."""
     if not args.activation_checkpointing:

@@ -40,7 +40,12 @@ from hf_lightning.evaluation import (
     nested_detach,
 )
 from hf_lightning.hooks import EventSink, TrainerHooks
-from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
+from hf_lightning.model_setup import (
+    activate_neftune,
+    apply_liger_kernel,
+    compile_model,
+    enable_activation_checkpointing,
+)
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
 from hf_lightning.preflight import run_preflight
 
@@ -196,6 +201,8 @@ class HFLightningModule(pl.LightningModule):
         _compat.set_fit_limits(self.trainer, max_steps=self.plan.max_steps, max_epochs=self.plan.num_train_epochs)
         # HF's _prepare_for_training order: activation checkpointing, then NEFTune; compile wraps the result.
         if not self._model_prepared:
+            if self.args.use_liger_kernel:
+                apply_liger_kernel(self.model, self.args.liger_kernel_config)
             enable_activation_checkpointing(unwrap_model(self.model), self.args)
             compile_model(self.model, self.args)
             self._model_prepared = True
@@ -523,6 +530,9 @@ class HFLightningModule(pl.LightningModule):
         with torch.no_grad():
             if has_labels or loss_without_labels:
                 n_items = self.num_items_in_batch([inputs])
+                if self.args.use_liger_kernel and prediction_loss_only:
+                    # A Liger-patched forward can skip computing the logits nobody reads.
+                    inputs = {**inputs, "skip_logits": True}
                 loss, outputs = self.hooks.compute_loss(model, dict(inputs), return_outputs=True,
                                                         num_items_in_batch=n_items)
                 loss = loss.detach().mean()

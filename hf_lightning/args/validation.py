@@ -184,12 +184,6 @@ def _show(value: Any) -> str:
 _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("push_to_hub", bool, NO_HUB),
     (
-        "use_liger_kernel",
-        bool,
-        "Liger kernels are not applied by hf_lightning. Patch the model yourself (liger_kernel.transformers) "
-        "before passing it, and remove use_liger_kernel.",
-    ),
-    (
         "enable_jit_checkpoint",
         bool,
         "checkpointing on SIGTERM is not implemented. Use save_strategy='steps' with a small save_steps and resume "

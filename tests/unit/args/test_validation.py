@@ -81,5 +81,5 @@ def test_construction_runs_the_rules(tmp_path):
         _args(tmp_path, fp16=True, bf16=True)
     with pytest.raises(ValueError, match=r"log_level='loud' is not valid"):
         _args(tmp_path, log_level="loud")
-    with pytest.raises(ValueError, match=r"`use_liger_kernel=True` is not supported by hf_lightning"):
-        _args(tmp_path, use_liger_kernel=True)
+    with pytest.raises(ValueError, match=r"`push_to_hub=True` is not supported by hf_lightning"):
+        _args(tmp_path, push_to_hub=True)
