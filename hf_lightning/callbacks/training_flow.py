@@ -14,6 +14,11 @@ and maps Lightning's hooks to HF's events:
 - ``on_train_epoch_end`` → ``on_epoch_end`` then log → evaluate → save;
 - ``on_train_end`` → HF's final summary log, best-model loading, ``on_train_end``.
 
+Every HF log also reaches Lightning's metric system (``trainer.callback_metrics`` and the loggers, see
+:mod:`hf_lightning.callbacks.lightning_metrics`), so Lightning's ``ModelCheckpoint`` / ``EarlyStopping`` work in the
+evaluations this callback runs; a stop they request (``trainer.should_stop``) becomes HF's
+``should_training_stop``. From ``setup`` to ``teardown`` Lightning's banners are quiet (:mod:`hf_lightning.console`).
+
 The work behind each step lives in one helper each: :class:`~hf_lightning.callbacks.log_history.TrainingLog`
 (loss, FLOs, tokens, HF's ``log``), :class:`~hf_lightning.callbacks.evaluation.TrainingEvaluation` (evaluation on
 Lightning's validation loop, best metric), :class:`~hf_lightning.callbacks.checkpoint_saver.CheckpointSaver`
