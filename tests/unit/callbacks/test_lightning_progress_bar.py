@@ -20,6 +20,10 @@ from tests.helpers.models import RegressionModel, regression_data
 
 
 class _TQDM(TQDMProgressBar):
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.epochs = [*getattr(self, "epochs", []), (self.train_progress_bar.n, self.train_progress_bar.total)]
+        super().on_train_epoch_end(trainer, pl_module)
+
     def on_train_end(self, trainer, pl_module):
         bar = self.train_progress_bar
         self.final = (bar.n, bar.total, bar.postfix)
@@ -78,3 +82,22 @@ def test_lightning_bar_counts_optimizer_steps_to_the_real_total_and_shows_loss_a
         assert "3/3" in out.getvalue() and "learning_rate:" in out.getvalue()
     stopped = any("`Trainer.fit` stopped" in m for m in records.messages)
     assert stopped == verbose
+
+
+def test_lightning_bar_after_a_mid_epoch_resume_counts_only_the_steps_left(tmp_path):
+    """Resumed from checkpoint-2 of 8-step epochs: the resumed epoch's bar runs 6 steps to a total of 6 (Lightning:
+    6/8), the next epoch 8 of 8."""
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                num_train_epochs=2, logging_steps=1, save_steps=2, report_to="none", use_cpu=True)
+    first_args = TrainingArguments(**base, max_steps=2)
+    build_lightning_trainer(first_args).fit(HFLightningModule(RegressionModel(), first_args),
+                                            datamodule=HFDataModule(first_args, train_dataset=regression_data(n=64)))
+    args = TrainingArguments(**base)
+    bar = _TQDM()
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer = build_lightning_trainer(args, callbacks=[bar])
+        trainer.fit(HFLightningModule(RegressionModel(), args),
+                    datamodule=HFDataModule(args, train_dataset=regression_data(n=64)),
+                    ckpt_path=str(tmp_path / "checkpoint-2"))
+    assert trainer.global_step == 16
+    assert bar.epochs == [(6, 6), (8, 8)]
