@@ -12,6 +12,7 @@ import csv
 import math
 import os
 
+import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -54,24 +55,17 @@ def _hf_run(tmp_path, train, evald):
     return trainer, recorder
 
 
-class MetricsSeen:
-    """A Lightning callback placed after HF's flow: what ``callback_metrics`` holds when its hooks run."""
+class MetricsSeen(pl.Callback):
+    """Placed after HF's flow: what ``callback_metrics`` holds when its hooks run."""
 
-    def __new__(cls):
-        import lightning.pytorch as pl
+    def __init__(self):
+        self.at_batch_end, self.at_validation_end = {}, {}
 
-        class _Seen(pl.Callback):
-            def __init__(self):
-                self.at_batch_end, self.at_validation_end = {}, {}
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.at_batch_end[trainer.global_step] = {k: float(v) for k, v in trainer.callback_metrics.items()}
 
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                self.at_batch_end[trainer.global_step] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-
-            def on_validation_end(self, trainer, pl_module):
-                self.at_validation_end[trainer.global_step] = {k: float(v)
-                                                               for k, v in trainer.callback_metrics.items()}
-
-        return _Seen()
+    def on_validation_end(self, trainer, pl_module):
+        self.at_validation_end[trainer.global_step] = {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 
 def _read_csv(path):
