@@ -40,6 +40,21 @@ def run_validation_in_fit(trainer: pl.Trainer) -> None:
     trainer._logger_connector._first_loop_iter = first_loop_iter
 
 
+def publish_metrics(trainer: pl.Trainer, callback: dict[str, Any], logged: dict[str, Any],
+                    progress_bar: dict[str, Any]) -> None:
+    """Add values to ``trainer.callback_metrics`` / ``logged_metrics`` / ``progress_bar_metrics`` now.
+
+    HF logs at moments where ``LightningModule.log`` is refused (``on_train_end``) or would reach the loggers only
+    every ``log_every_n_steps`` batches, so HF's logs are written into the dicts behind those three public
+    properties, which return the logger connector's own dicts. Lightning keeps them until the next ``fit`` /
+    ``validate`` / ``test`` resets them, and merges its own ``self.log`` values over them.
+    """
+    connector = trainer._logger_connector
+    connector.callback_metrics.update(callback)
+    connector.logged_metrics.update(logged)
+    connector.progress_bar_metrics.update(progress_bar)
+
+
 def grad_scale(trainer: pl.Trainer) -> float | None:
     """The fp16 GradScaler's current scale, or ``None`` without one.
 

@@ -3,9 +3,9 @@
 HF's Trainer adds every micro-batch's loss to ``tr_loss`` (under ``logging_nan_inf_filter`` a non-finite loss adds
 the running average instead), counts FLOs and input tokens, and at a logging step logs the mean loss since the
 last log with ``grad_norm`` and ``learning_rate``. Its ``log`` adds ``epoch`` (and the token count), appends to
-``state.log_history`` and fires ``on_log``; here it also hands the numbers to Lightning's loggers under the names
-HF's TensorBoard callback uses. When training ends it builds HF's summary entry (``train_runtime``,
-``train_loss``, ``total_flos``, ...).
+``state.log_history`` and fires ``on_log``; here it also hands the numbers to Lightning (``trainer.callback_metrics``
+under HF's keys, the loggers under the names HF's TensorBoard callback uses). When training ends it builds HF's
+summary entry (``train_runtime``, ``train_loss``, ``total_flos``, ...).
 
 The flow callback decides *when* to log; this class only computes and records.
 """
@@ -20,6 +20,7 @@ import torch
 
 from hf_lightning._utils import unwrap_model
 from hf_lightning.callbacks.events import HFEvents
+from hf_lightning.callbacks.lightning_metrics import publish
 from hf_lightning.optim import current_learning_rate, fit_optimizer_and_scheduler
 from hf_lightning.outputs import speed_metrics
 
@@ -161,23 +162,9 @@ class TrainingLog:
         self.events.fire("on_log", logs=logs)
 
     def forward_to_loggers(self, logs: dict[str, Any]) -> None:
-        """Log the numeric values to the trainer's Lightning loggers (rank 0) under HF's TensorBoard names."""
-        trainer = self.trainer
-        if trainer is None or not trainer.loggers or trainer.global_rank != 0:
-            return
-        scalars = {}
-        for key, value in logs.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            # HF's TensorBoard naming: eval_x -> eval/x, test_x -> test/x, everything else train/x.
-            for prefix in ("eval_", "test_"):
-                if key.startswith(prefix):
-                    scalars[f"{prefix[:-1]}/{key[len(prefix):]}"] = value
-                    break
-            else:
-                scalars[f"train/{key}"] = value
-        for logger in trainer.loggers:
-            logger.log_metrics(scalars, step=self.events.state.global_step)
+        """Hand the numbers to Lightning: ``callback_metrics`` under HF's keys, the loggers under HF's TensorBoard
+        names, the progress bar (:mod:`hf_lightning.callbacks.lightning_metrics`)."""
+        publish(self.trainer, logs, self.events.state.global_step)
 
     def _mean_across_processes(self, value: torch.Tensor) -> torch.Tensor:
         trainer = self.trainer

@@ -14,6 +14,11 @@ and maps Lightning's hooks to HF's events:
 - ``on_train_epoch_end`` → ``on_epoch_end`` then log → evaluate → save;
 - ``on_train_end`` → HF's final summary log, best-model loading, ``on_train_end``.
 
+Every HF log also reaches Lightning's metric system (``trainer.callback_metrics`` and the loggers, see
+:mod:`hf_lightning.callbacks.lightning_metrics`), so Lightning's ``ModelCheckpoint`` / ``EarlyStopping`` work in the
+evaluations this callback runs; a stop they request (``trainer.should_stop``) becomes HF's
+``should_training_stop``. From ``setup`` to ``teardown`` Lightning's banners are quiet (:mod:`hf_lightning.console`).
+
 The work behind each step lives in one helper each: :class:`~hf_lightning.callbacks.log_history.TrainingLog`
 (loss, FLOs, tokens, HF's ``log``), :class:`~hf_lightning.callbacks.evaluation.TrainingEvaluation` (evaluation on
 Lightning's validation loop, best metric), :class:`~hf_lightning.callbacks.checkpoint_saver.CheckpointSaver`
@@ -42,7 +47,9 @@ from hf_lightning.callbacks.hf_api import (
     TrainerCallback,
 )
 from hf_lightning.callbacks.log_history import TrainingLog
+from hf_lightning.callbacks.progress_bar import set_train_bar_total, steps_this_epoch
 from hf_lightning.checkpointing.durability import wait_for_flushes
+from hf_lightning.console import QuietSpan
 from hf_lightning.hooks import TrainerHooks
 from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.outputs import TrainOutput
@@ -107,6 +114,8 @@ class HFFlowCallback(pl.Callback):
         self.train_output: TrainOutput | None = None
         self.micro_in_epoch = 0
         self._module: Any = None
+        self._quiet = QuietSpan()
+        self._bar_total_pending = False
 
     # ------------------------------------------------------------------ HF's state and callback list
     @property
@@ -131,6 +140,8 @@ class HFFlowCallback(pl.Callback):
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Lightning's banners and noise are hidden until teardown, as on the facade (hf_lightning.console).
+        self._quiet.enter()
         pl_module.event_sink = self
         self._module = pl_module
         self.logbook.trainer = self.evaluation.trainer = trainer
@@ -147,6 +158,10 @@ class HFFlowCallback(pl.Callback):
         # The checkpoints saved so far reach the disk before the error surfaces (their failures are only logged:
         # the original error is the one to report).
         wait_for_flushes()
+        self._quiet.leave()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._quiet.leave()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         args, plan = self.args, pl_module.plan
@@ -178,6 +193,7 @@ class HFFlowCallback(pl.Callback):
         pl_module.stop_epoch_requested = False
         # A mid-epoch resume continues HF's epoch fraction from the skipped micro-batches.
         self.micro_in_epoch = self.resume.take_micro_batches_done()
+        self._bar_total_pending = True
         self.logbook.record_step(None, None)
         self.events.fire("on_epoch_begin")
         self.resume.restore_rng(trainer, "epoch_start")
@@ -185,6 +201,11 @@ class HFFlowCallback(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self.resume.restore_rng(trainer, "mid_epoch")
+        if self._bar_total_pending:
+            # The bar set up its epoch in its own on_train_epoch_start; now it learns how many steps the epoch runs.
+            self._bar_total_pending = False
+            windows_done = -(-self.micro_in_epoch // pl_module.plan.gradient_accumulation_steps)
+            set_train_bar_total(trainer, steps_this_epoch(trainer, windows_done))
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.evaluation.start_validation()
@@ -230,6 +251,9 @@ class HFFlowCallback(pl.Callback):
             pl_module.stop_epoch_requested = True
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.should_stop:
+            # A Lightning callback (EarlyStopping, Timer, the user's own) stopped the fit: HF's control says so too.
+            self.control.should_training_stop = True
         if self.micro_in_epoch == 0:
             # HF: an epoch without a single batch (an exhausted iterable dataset) stops training.
             self.control.should_training_stop = True
@@ -269,6 +293,10 @@ class HFFlowCallback(pl.Callback):
             self._log(self.logbook.training_logs(), self.logbook.start_time)
         if self.control.should_evaluate:
             metrics = self._evaluate(trainer)
+            if trainer.should_stop:
+                # Lightning's EarlyStopping decided in on_validation_end: HF's control stops as after HF's
+                # EarlyStoppingCallback (raised during the evaluation; this step's save still happens).
+                self.control.should_training_stop = True
             is_new_best = update_best_metric(self.args, self.state, metrics)
             if enum_value(self.args.save_strategy) == "best":
                 self.control.should_save = is_new_best

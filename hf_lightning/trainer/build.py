@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.precision import Precision
 
 from hf_lightning.args.validation import check_precision
 from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.checkpointing.io import HFCheckpointIO
+from hf_lightning.console import quiet_lightning
 from hf_lightning.loggers import build_loggers
 from hf_lightning.precision import HFMixedPrecision
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -101,7 +100,8 @@ def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = No
         # batches and runs after the save point, so it never fires.
         check_val_every_n_epoch=sys.maxsize,
         num_sanity_val_steps=0,
-        enable_checkpointing=False,
+        # HF saves checkpoint-N itself; Lightning's ModelCheckpoint is there only when the user passes one.
+        enable_checkpointing=any(isinstance(cb, ModelCheckpoint) for cb in pl_callbacks),
         enable_model_summary=False,
         enable_progress_bar=not args.disable_tqdm and not flow.uses_hf_progress,
         logger=build_loggers(args) or False,
@@ -124,25 +124,6 @@ def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = No
         if "plugins" in overrides:
             overrides = {**overrides, "plugins": [*user_plugins, mixed]}
     kwargs.update(overrides)
-    return pl.Trainer(**kwargs)
-
-
-@contextlib.contextmanager
-def quiet_lightning():
-    """Silence Lightning's INFO banners (devices found, tips, "fit stopped") for the HF-style facade, whose users
-    expect HF's output only; warnings and errors still show."""
-    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric", "lightning")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
-    try:
-        with warnings.catch_warnings():
-            # Lightning 2.6's own use of a torch pytree API that torch 2.13 deprecates: nothing the user can act on.
-            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-            # A model from from_pretrained() is in eval mode; HF's Trainer (and the module, before each
-            # micro-batch) switches it to training mode itself, so Lightning's warning about it is only noise here.
-            warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    # Lightning's construction banners ("GPU available", the tips) are hidden as on the facade (hf_lightning.console).
+    with quiet_lightning():
+        return pl.Trainer(**kwargs)

@@ -81,6 +81,28 @@ def test_fast_forward_sets_global_step_and_epoch():
     assert trainer.global_step == 10
 
 
+def test_publish_metrics_reaches_the_public_metric_properties_and_later_callbacks():
+    """Published during training: visible at once through the trainer's properties (a later callback in the same
+    hook sees them) and still there after the fit; Lightning's own ``self.log`` values merge over them."""
+    seen = {}
+
+    class Publish(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            _compat.publish_metrics(trainer, callback={"eval_x": torch.tensor(0.5, dtype=torch.float64)},
+                                    logged={"eval/x": torch.tensor(0.5)}, progress_bar={"lr": "1e-05"})
+
+    class Read(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            seen["callback"] = dict(trainer.callback_metrics)
+
+    trainer = _trainer(max_steps=1, callbacks=[Publish(), Read()])
+    trainer.fit(_Tiny(), train_dataloaders=_loader())
+    assert seen["callback"]["eval_x"].item() == 0.5
+    assert trainer.callback_metrics["eval_x"].dtype == torch.float64
+    assert trainer.logged_metrics["eval/x"].item() == 0.5
+    assert trainer.progress_bar_metrics["lr"] == "1e-05"
+
+
 def test_grad_scale_is_none_without_fp16():
     trainer = _trainer(max_steps=1)
     trainer.fit(_Tiny(), train_dataloaders=_loader())
