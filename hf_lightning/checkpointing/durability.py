@@ -108,7 +108,8 @@ class _BackgroundJobs:
                 job(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 - reported to the training thread, never lost
                 logger.warning("Background checkpoint job failed while %s: %s", description, err)
-                self._failures.append((description, err))
+                with self._lock:
+                    self._failures.append((description, err))
             finally:
                 self._queue.task_done()
 
@@ -120,8 +121,11 @@ class _BackgroundJobs:
             self.raise_failures()
 
     def raise_failures(self) -> None:
-        if self._failures:
+        if not self._failures:
+            return
+        with self._lock:
             failures, self._failures = self._failures, []
+        if failures:
             description, err = failures[0]
             if isinstance(err, CheckpointSaveError):
                 raise err

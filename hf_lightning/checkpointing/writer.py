@@ -522,6 +522,7 @@ class _Phases:
             raise _save_error(self.run_dir, self.final, c, failure) from failure
         if failure is not None:
             raise failure
-        other = OSError(errno.ECANCELED, f"another process could not write its part (process {c.process_index} "
-                                         "wrote its own; the failing process's error names the cause)")
+        other = OSError(errno.ECANCELED, f"another process could not write its part of it (this one, process "
+                                         f"{c.process_index}, wrote its own; the failing process's error names "
+                                         "the cause)")
         raise CheckpointSaveError(self.final, other)
