@@ -24,7 +24,7 @@ import lightning.pytorch as pl
 
 from hf_lightning._utils import enum_value
 from hf_lightning.callbacks.events import HFEvents
-from hf_lightning.checkpointing.durability import run_in_background, wait_for_flushes
+from hf_lightning.checkpointing.durability import raise_failed_jobs, run_in_background, wait_for_flushes
 from hf_lightning.checkpointing.io import HFCheckpointIO
 from hf_lightning.checkpointing.layout import checkpoint_folder_name
 from hf_lightning.checkpointing.model_state import ModelState, WrittenBy, model_state_for, prepare_model_saving
@@ -145,6 +145,9 @@ class CheckpointSaver:
             should_save=should_save,
             scaler=getattr(trainer.precision_plugin, "scaler", None),
             barrier=trainer.strategy.barrier if trainer.world_size > 1 else None,
+            # A process whose part fails (a full disk) tells the others, so every process raises, none waits.
+            all_succeeded=(functools.partial(trainer.strategy.reduce_boolean_decision, all=True)
+                           if trainer.world_size > 1 else None),
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
             flush_in_background=in_background,
@@ -175,6 +178,11 @@ class CheckpointSaver:
     def wait_until_written() -> None:
         """Wait until every checkpoint saved so far is on disk and rotated (raises a failed background flush)."""
         wait_for_flushes(raise_failures=True)
+
+    @staticmethod
+    def raise_failed_flush() -> None:
+        """Raise, without waiting, a background flush or rotation that has failed (its checkpoint was withdrawn)."""
+        raise_failed_jobs()
 
     def finish(self, trainer: pl.Trainer, module: Any, state: TrainerState) -> None:
         """HF's end of training: load the best model (``load_best_model_at_end``), then the ``save_total_limit=1``

@@ -242,6 +242,8 @@ class HFFlowCallback(pl.Callback):
             if self.stop_requested():
                 pl_module.stop_epoch_requested = True
             return
+        # A checkpoint whose background flush failed (a full disk) stops the run now, not at the next save.
+        self.saver.raise_failed_flush()
         self.state.global_step = trainer.global_step
         self.state.epoch = pl_module.plan.epoch_progress(trainer.current_epoch, self.micro_in_epoch)
         self.logbook.record_step(outputs["grad_norm"], outputs["learning_rate"])

@@ -9,6 +9,7 @@
 ``model_state``    how a model's state is gathered, written and loaded (the seam for PEFT / FSDP)
 ``writer``         ``CheckpointContents`` and the crash-safe ``write_checkpoint``; ``save_model_files``
 ``durability``     ``fsync`` and the background flush queue
+``space``          what a checkpoint needs on disk and what is free (for a failed save's error; pure)
 ``reader``         loading weights, optimizer, scheduler and scaler back
 ``rng``            RNG states
 ``rotation``       ``save_total_limit`` (pure)

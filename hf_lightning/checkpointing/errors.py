@@ -34,32 +34,40 @@ _SAVE_ADVICE = {
     errno_code: advice
     for codes, advice in (
         (("ENOSPC", "EDQUOT"), "Free disk space (or lower save_total_limit, or use an output_dir on a larger disk)"),
+        (("EIO",), "Check the disk (an I/O error: a failing device, or a network filesystem that is full or gone)"),
         (("EACCES", "EPERM", "EROFS"), "Make output_dir writable (or choose another output_dir)"),
+        (("ECANCELED",), "Fix what the failing process's error names"),
     )
     for errno_code in codes
 }
+_PERMISSION_ERRORS = ("EACCES", "EPERM", "EROFS")
 
 
 class CheckpointSaveError(OSError):
-    """A checkpoint could not be written (disk full, no permission, ...); nothing of it was published.
+    """A checkpoint could not be written (disk full, I/O error, no permission, ...); nothing of it was published.
 
     The ``errno`` of the underlying ``OSError`` is kept. Earlier checkpoints are untouched, so training can be
     resumed from the last one once the cause is fixed.
 
     Attributes:
         folder: The ``checkpoint-N`` folder that was being written.
+        space: What the checkpoint needs on disk and what was free
+            (:class:`~hf_lightning.checkpointing.space.SpaceReport`), or None; told for every cause but a
+            permission error.
     """
 
-    def __init__(self, folder: str, cause: OSError):
+    def __init__(self, folder: str, cause: OSError, space: object = None):
         self.folder = folder
         name = errno.errorcode.get(cause.errno or 0, "")
         advice = _SAVE_ADVICE.get(name, "Fix the cause")
+        self.space = None if name in _PERMISSION_ERRORS else space
         where = f" ({cause.filename})" if cause.filename else ""
+        space_text = f" {self.space}" if self.space is not None else ""
         super().__init__(
             cause.errno,
-            f"Could not save the checkpoint {folder}: {cause.strerror or cause}{where}. Nothing of it was published "
-            f"and the earlier checkpoints in {os.path.dirname(folder) or '.'} are intact. {advice}, then resume with "
-            "train(resume_from_checkpoint=True) / fit(ckpt_path=get_last_checkpoint(output_dir)).",
+            f"Could not save the checkpoint {folder}: {cause.strerror or cause}{where}.{space_text} Nothing of it "
+            f"was published and the earlier checkpoints in {os.path.dirname(folder) or '.'} are intact. {advice}, "
+            "then resume with train(resume_from_checkpoint=True) / fit(ckpt_path=get_last_checkpoint(output_dir)).",
         )
 
 

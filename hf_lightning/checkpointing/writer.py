@@ -15,6 +15,8 @@ written. Getting the data onto the disk (``fsync``) is :mod:`hf_lightning.checkp
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
 import json
 import logging
 import os
@@ -39,11 +41,13 @@ from hf_lightning.checkpointing.layout import (
     TRAINING_ARGS_JSON_NAME,
     TRAINING_ARGS_NAME,
     checkpoint_folder_name,
+    checkpoint_step,
     rng_file_name,
 )
 from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, model_state_for
 from hf_lightning.checkpointing.rng import capture_rng_state
 from hf_lightning.checkpointing.safe_load import mask_tokens
+from hf_lightning.checkpointing.space import checkpoint_space_report
 
 __all__ = ["CheckpointContents", "is_saving_process", "save_model_files", "save_training_args", "write_checkpoint"]
 
@@ -77,6 +81,10 @@ class CheckpointContents:
         world_size: Number of processes.
         should_save: Whether this process writes the shared files (HF's ``args.should_save``).
         barrier: Synchronises all processes; required when ``world_size > 1``.
+        all_succeeded: With ``world_size > 1``, used instead of ``barrier`` where the processes wait for each
+            other: called on every process with whether its part succeeded, returns whether every process's did
+            (e.g. ``functools.partial(trainer.strategy.reduce_boolean_decision, all=True)``). With it a failed
+            write on one process makes every process raise, instead of leaving the others waiting.
         keep_replaced: Keep an existing ``checkpoint-{global_step}`` (one an earlier run wrote) aside instead of
             deleting it.
         flush_in_background: Return before the files are flushed to disk; the flush is queued with
@@ -99,6 +107,7 @@ class CheckpointContents:
     world_size: int = 1
     should_save: bool = True
     barrier: Callable[[], None] | None = None
+    all_succeeded: Callable[[bool], bool] | None = None
     keep_replaced: bool = False
     flush_in_background: bool = False
 
@@ -286,11 +295,31 @@ def _set_aside(final: str) -> None:
     )
 
 
+def _withdraw(final: str, displaced: str | None) -> None:
+    """Take a published ``final`` back (its data did not reach the disk), and put the folder it replaced back."""
+    parent, name = os.path.split(final)
+    hidden = os.path.join(parent, f"{TEMPORARY_CHECKPOINT_PREFIX}{checkpoint_step(name)}-{os.getpid()}-withdrawn")
+    try:
+        os.replace(final, hidden)
+        if displaced is not None and os.path.lexists(displaced):
+            os.replace(displaced, final)
+    finally:
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def _flush_failed(run_dir: str, final: str, displaced: str | None, err: OSError) -> None:
+    """A queued flush failed: withdraw the folder and raise the save's error (on the background thread)."""
+    space = checkpoint_space_report(run_dir, final, written=final)
+    _withdraw(final, displaced)
+    raise CheckpointSaveError(final, err, space) from err
+
+
 def _publish(temporary: str, final: str, flush: bool = True) -> None:
     """Rename ``temporary`` to ``final``; an existing ``final`` is swapped out first and deleted afterwards.
 
     With ``flush=False`` the flush of the renamed folder is queued on the background thread, and the deletion of
     the folder it replaced is queued behind that flush, so the old data goes only once the new data is on disk.
+    A flush that fails after the rename takes ``final`` back and restores the folder it replaced.
     """
     parent = os.path.dirname(final)
     displaced = None
@@ -310,11 +339,16 @@ def _publish(temporary: str, final: str, flush: bool = True) -> None:
             os.replace(displaced, final)
             raise
     if flush:
-        fsync_path(parent, directory=True)
+        try:
+            fsync_path(parent, directory=True)
+        except OSError:
+            _withdraw(final, displaced)
+            raise
         if displaced is not None:
             shutil.rmtree(displaced, ignore_errors=True)
         return
-    flush_in_background(final, then_remove=displaced)
+    flush_in_background(final, then_remove=displaced,
+                        on_failure=functools.partial(_flush_failed, parent, final, displaced))
 
 
 # ---- the whole sequence ----------------------------------------------------------------------------------------
@@ -340,16 +374,20 @@ def write_checkpoint(run_dir: str | os.PathLike, contents: CheckpointContents | 
     (:mod:`hf_lightning.checkpointing.durability`); queue anything that deletes older checkpoints behind it. An
     existing folder of that name is replaced as a whole (HF writes into it); with ``keep_replaced`` it is renamed
     to ``superseded-checkpoint-{global_step}-<time>`` instead of deleted. If writing fails, the temporary folder is
-    removed and the error propagates (an ``OSError`` such as a full disk as :class:`CheckpointSaveError`); every
-    existing ``checkpoint-N`` is untouched.
+    removed and the error propagates (an ``OSError`` such as a full disk as :class:`CheckpointSaveError`, which
+    also says how much space the checkpoint needs and how much is free); every existing ``checkpoint-N`` is
+    untouched. A background flush that fails withdraws the published folder again (restoring one it replaced),
+    drops the jobs queued behind it (the rotation) and its ``CheckpointSaveError`` is raised by the next
+    :func:`~hf_lightning.checkpointing.durability.wait_for_flushes` / ``raise_failed_jobs``.
 
     Several processes (``world_size > 1``): all of them write into one shared ``.tmp-checkpoint-{global_step}``
     folder, so the output directory must be on a filesystem every ``should_save`` process shares with the
     processes it saves for, and exactly one process per filesystem has ``should_save``. The sequence is: the
     ``should_save`` process clears a stale temporary folder, ``barrier()``; every process gathers the model state
     and writes its RNG file and the ``should_save`` process the shared files, ``barrier()``; the ``should_save``
-    process renames, ``barrier()``. A process that fails leaves the others waiting at a barrier, as any collective
-    save does.
+    process renames, ``barrier()``. With ``all_succeeded`` each ``barrier()`` is that call instead, and a process
+    that fails makes every process raise; without it a process that fails leaves the others waiting at a barrier,
+    as any collective save does.
 
     Args:
         run_dir: The output directory holding ``checkpoint-N`` folders.
@@ -400,14 +438,26 @@ def _write_alone(run_dir: str, final: str, contents: CheckpointContents) -> None
         _publish(temporary, final, flush=not contents.flush_in_background)
     except OSError as err:
         shutil.rmtree(temporary, ignore_errors=True)
-        raise CheckpointSaveError(final, err) from err
+        raise _save_error(run_dir, final, contents, err) from err
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
 
 
+def _save_error(run_dir: str, final: str, contents: CheckpointContents, err: OSError) -> CheckpointSaveError:
+    """The error for a failed save, with the space it needs measured (after the staging folder is gone)."""
+    optimizer = None if contents.save_only_model else contents.optimizer
+    space = checkpoint_space_report(run_dir, final, model=contents.model, optimizer=optimizer)
+    return CheckpointSaveError(final, err, space)
+
+
 def _write_together(run_dir: str, final: str, contents: CheckpointContents) -> None:
-    """Several processes: one shared staging folder, barriers around the writing, the saving process publishes."""
+    """Several processes: one shared staging folder, the processes in step between the phases, one publishes.
+
+    With ``all_succeeded`` the processes tell each other at each meeting point whether their part worked; when one
+    failed, every process raises (the others with a :class:`CheckpointSaveError` that says another process
+    failed) after the saving process removed the staging folder, so no process is left waiting.
+    """
     barrier = contents.barrier
     if barrier is None:
         raise ValueError(
@@ -416,19 +466,25 @@ def _write_together(run_dir: str, final: str, contents: CheckpointContents) -> N
             "processes have written their files."
         )
     temporary = os.path.join(run_dir, f"{TEMPORARY_CHECKPOINT_PREFIX}{contents.global_step}")
-    if contents.should_save:
+    phases = _Phases(run_dir, final, temporary, contents)
+
+    def prepare() -> None:
         shutil.rmtree(temporary, ignore_errors=True)
         os.makedirs(temporary)
-    barrier()
-    os.makedirs(temporary, exist_ok=True)
-    _write_contents(temporary, run_dir, contents)
-    barrier()
-    if contents.should_save:
+
+    def write() -> None:
+        os.makedirs(temporary, exist_ok=True)
+        _write_contents(temporary, run_dir, contents)
+
+    def publish() -> None:
         fsync_tree(temporary)
         if contents.keep_replaced:
             _set_aside(final)
         _publish(temporary, final)
-    barrier()
+
+    phases.run(prepare if contents.should_save else None)
+    phases.run(write)
+    phases.run(publish if contents.should_save else None)
     if os.path.isdir(temporary):
         logger.warning(
             "%s was not renamed to %s: no process with should_save shares this filesystem. Only the RNG file "
@@ -437,3 +493,36 @@ def _write_together(run_dir: str, final: str, contents: CheckpointContents) -> N
             final,
             contents.process_index,
         )
+
+
+class _Phases:
+    """Runs the phases of a several-process save, each followed by a meeting of every process."""
+
+    def __init__(self, run_dir: str, final: str, temporary: str, contents: CheckpointContents) -> None:
+        self.run_dir, self.final, self.temporary, self.contents = run_dir, final, temporary, contents
+
+    def run(self, phase: Callable[[], Any] | None) -> None:
+        c = self.contents
+        if c.all_succeeded is None:
+            if phase is not None:
+                phase()
+            c.barrier()
+            return
+        failure: Exception | None = None
+        if phase is not None:
+            try:
+                phase()
+            except Exception as err:  # noqa: BLE001 - told to the other processes first, then raised
+                failure = err
+        if c.all_succeeded(failure is None):
+            return
+        if c.should_save:
+            shutil.rmtree(self.temporary, ignore_errors=True)
+        if isinstance(failure, OSError):
+            raise _save_error(self.run_dir, self.final, c, failure) from failure
+        if failure is not None:
+            raise failure
+        other = OSError(errno.ECANCELED, f"another process could not write its part of it (this one, process "
+                                         f"{c.process_index}, wrote its own; the failing process's error names "
+                                         "the cause)")
+        raise CheckpointSaveError(self.final, other)
