@@ -249,7 +249,7 @@ class HFLightningModule(pl.LightningModule):
         as ``callbacks``. On a trainer that has one (``build_lightning_trainer``, the HF-style facade) nothing is
         added; the module's HF callbacks join that flow callback. Before a fit the trainer's settings are checked
         and the safe ones derived (:mod:`hf_lightning.lightning_settings`): a conflict raises before any step or
-        disk write.
+        disk write. A subclass that adds callbacks here returns ``[*super().configure_callbacks(), ...]``.
         """
         trainer = self.trainer
         if trainer.state.fn == "fit":
