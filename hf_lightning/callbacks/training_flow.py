@@ -81,8 +81,9 @@ class HFFlowCallback(pl.Callback):
         step_end: called instead of :meth:`log_evaluate_save` after each step and epoch (the facade passes a
             subclass's ``_maybe_log_save_evaluate`` override here; HF's default body is :meth:`log_evaluate_save`).
 
-    ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); it needs
-    that trainer's settings (Lightning's own validation trigger and checkpointing off).
+    ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); on a
+    ``lightning.Trainer`` the user built, ``HFLightningModule.configure_callbacks`` brings one. It needs Lightning's
+    own validation trigger and checkpointing off (:mod:`hf_lightning.lightning_settings`).
     """
 
     def __init__(self, args: TrainingArguments, callbacks: list | None = None, processing_class: Any = None,
