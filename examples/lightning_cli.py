@@ -18,6 +18,7 @@ Run (needs ``transformers`` and ``jsonargparse``: ``pip install -e ".[examples]"
 Relative paths in the config (the data files) are read from the working directory: run from the repository root.
 """
 
+import logging
 import os
 import warnings
 
@@ -25,6 +26,12 @@ from hf_lightning.cli import HFLightningCLI
 
 # Nothing here needs the Hub; without this a mistyped local path would wait on the network before failing.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Lightning's start-up banners (devices found, tips) lowered to WARNING, as the HF-style examples do; drop this line
+# to see them.
+for name in ("lightning.pytorch", "lightning.fabric"):
+    logging.getLogger(name).setLevel(logging.WARNING)
+# Lightning 2.6's CLI calls jsonargparse APIs that jsonargparse 4.49+ deprecates: nothing a user can act on.
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 # Lightning 2.6 on torch >= 2.10 warns about its own pytree use on every fit; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 
