@@ -122,3 +122,13 @@ def route_checkpoint_loading(trainer: pl.Trainer, read: Callable[[Any], dict | N
     current = strategy.load_checkpoint
     original = current.original if isinstance(current, _RoutedCheckpointLoad) else current
     strategy.load_checkpoint = _RoutedCheckpointLoad(original, read)
+
+
+def disable_distributed_sampler(trainer: pl.Trainer) -> None:
+    """``lightning.Trainer(use_distributed_sampler=False)``, applied to a trainer that already exists.
+
+    Lightning's default (``True``) swaps each ``DataLoader``'s sampler for a ``DistributedSampler`` when several
+    processes run; ``HFDataModule`` already shards its loaders HF's way, so a user-built trainer gets it turned off
+    before the loaders are built. The flag is read from the accelerator connector when each loader is prepared.
+    """
+    trainer._accelerator_connector.use_distributed_sampler = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from hf_lightning import _compat
 from hf_lightning._utils import unwrap_model
 from hf_lightning.args.enums import DebugOption
 from hf_lightning.args.plan import TrainingPlan, resolve_plan
+from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import label_smoother_for, label_smoother_shifts_labels
 from hf_lightning.debug import UnderflowOverflowDetector
@@ -41,7 +43,9 @@ from hf_lightning.evaluation import (
 from hf_lightning.hooks import EventSink, TrainerHooks
 from hf_lightning.model_setup import activate_neftune, compile_model, enable_activation_checkpointing
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
+from hf_lightning.lightning_settings import check_fit_settings, derive_fit_settings
 from hf_lightning.preflight import run_preflight
+from hf_lightning.seed import enable_full_determinism, set_seed
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -91,6 +95,13 @@ class HFLightningModule(pl.LightningModule):
             gradient accumulation (``num_items_in_batch`` / ``compute_loss_func``); ``True`` / ``False`` forces it.
         label_smoother: the ``LabelSmoother`` (or ``None``) the HF-style facade decided at ``Trainer()``, where HF
             decides and warns; left out, the module decides from ``args.label_smoothing_factor`` and the model.
+        callbacks: HF-style ``TrainerCallback`` classes or instances (HF's ``Trainer(callbacks=...)``), driven in
+            HF's event order by the flow callback this module brings to a ``lightning.Trainer`` you built (see
+            :meth:`configure_callbacks`), or added to the flow callback the trainer already has. Lightning callbacks
+            go to ``lightning.Trainer(callbacks=...)``.
+        seed: seed as HF's ``Trainer(...)`` does once the model exists (``set_seed(args.seed)``, or
+            ``enable_full_determinism`` with ``full_determinism``); the HF-style facade, which seeds itself, passes
+            ``False``.
 
     Example:
         >>> trainer = build_lightning_trainer(args)                              # doctest: +SKIP
@@ -112,10 +123,29 @@ class HFLightningModule(pl.LightningModule):
         hooks_call_hf_training_step: bool = False,
         loss_is_scaled_for_ga: bool | None = None,
         label_smoother: Any = _UNDECIDED,
+        callbacks: list | None = None,
+        seed: bool = True,
     ) -> None:
         super().__init__()
         if model is None:
             raise ValueError("HFLightningModule needs a `model` (an nn.Module).")
+        lightning_callbacks = [cb for cb in callbacks or [] if isinstance(cb, pl.Callback)
+                               or (isinstance(cb, type) and issubclass(cb, pl.Callback))]
+        if lightning_callbacks:
+            raise TypeError(
+                f"HFLightningModule(callbacks=...) takes HF-style TrainerCallbacks; {lightning_callbacks} are Lightning "
+                "callbacks: pass them to lightning.Trainer(callbacks=...).")
+        if seed:
+            # HF's Trainer seeds once, at construction, after the model exists; this module is its counterpart.
+            if args.full_determinism:
+                enable_full_determinism(args.seed)
+            else:
+                set_seed(args.seed)
+        self.hf_callbacks = list(callbacks or [])
+        #: The flow callback this module brought to a user-built ``lightning.Trainer`` (``None`` until then, and on
+        #: a trainer that has its own, e.g. from ``build_lightning_trainer``).
+        self.flow: HFFlowCallback | None = None
+        self._applied_fit_limits: tuple[weakref.ref, int, int] | None = None
         self.model = model
         self.args = args
         self.compute_loss_func = compute_loss_func
@@ -193,6 +223,12 @@ class HFLightningModule(pl.LightningModule):
             world_size=self.trainer.world_size,
         )
         _compat.set_fit_limits(self.trainer, max_steps=self.plan.max_steps, max_epochs=self.plan.num_train_epochs)
+        self._applied_fit_limits = (weakref.ref(self.trainer), self.plan.max_steps, self.plan.num_train_epochs)
+        if self.flow is not None and self.flow in self.trainer.callbacks:
+            # HF's flow runs before the user's Lightning callbacks at every hook, as on build_lightning_trainer's
+            # trainer (Lightning appends a module's callbacks after the trainer's).
+            self.trainer.callbacks.remove(self.flow)
+            self.trainer.callbacks.insert(0, self.flow)
         # HF's _prepare_for_training order: activation checkpointing, then NEFTune; compile wraps the result.
         if not self._model_prepared:
             enable_activation_checkpointing(unwrap_model(self.model), self.args)
@@ -203,6 +239,38 @@ class HFLightningModule(pl.LightningModule):
         self._remove_overflow_detector()
         if DebugOption.UNDERFLOW_OVERFLOW in (self.args.debug or ()):
             self._overflow_detector = UnderflowOverflowDetector(self.model)
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """Lightning's hook: what HF's semantics need from the ``lightning.Trainer`` running this module.
+
+        A trainer without an :class:`HFFlowCallback` (one the user built) gets this module's: HF's log → evaluate →
+        save at optimizer steps, ``checkpoint-N`` folders and their rotation, the best model, the HF callbacks given
+        as ``callbacks``. On a trainer that has one (``build_lightning_trainer``, the HF-style facade) nothing is
+        added; the module's HF callbacks join that flow callback. Before a fit the trainer's settings are checked
+        and the safe ones derived (:mod:`hf_lightning.lightning_settings`): a conflict raises before any step or
+        disk write.
+        """
+        trainer = self.trainer
+        if trainer.state.fn == "fit":
+            applied = self._applied_fit_limits
+            limits = applied[1:] if applied is not None and applied[0]() is trainer else None
+            check_fit_settings(trainer, self.args, limits)
+            derive_fit_settings(trainer)
+        existing = next((cb for cb in trainer.callbacks if isinstance(cb, HFFlowCallback)), None)
+        if existing is not None:
+            for callback in self.hf_callbacks:
+                present = existing.handler.callbacks
+                if callback not in present and not (isinstance(callback, type)
+                                                    and any(type(cb) is callback for cb in present)):
+                    existing.add_callback(callback)
+            return []
+        if self.flow is None:
+            datamodule = getattr(trainer, "datamodule", None)
+            self.flow = HFFlowCallback(self.args, callbacks=self.hf_callbacks,
+                                       processing_class=getattr(datamodule, "processing_class", None),
+                                       data_collator=getattr(datamodule, "data_collator", None))
+            self.flow.control = self.flow.handler.on_init_end(self.args, self.flow.state, self.flow.control)
+        return [self.flow]
 
     def _remove_overflow_detector(self) -> None:
         # Also reached from the next setup: a fit that raised never ran teardown.

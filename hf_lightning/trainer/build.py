@@ -93,7 +93,8 @@ def build_lightning_trainer(args: TrainingArguments, callbacks: list | None = No
         num_nodes=num_nodes,
         strategy=strategy,
         precision=precision,
-        max_epochs=1,
+        # Unset (-1): the module sets HF's limits from the training plan when fit starts.
+        max_epochs=-1,
         max_steps=-1,
         accumulate_grad_batches=1,
         gradient_clip_val=None,

@@ -185,6 +185,7 @@ class Trainer(ProtectedMembers):
             hooks_call_hf_training_step=not _overrides(self, "training_step"),
             loss_is_scaled_for_ga=self.loss_is_scaled_for_ga,
             label_smoother=self.label_smoother,
+            seed=False,  # seeded in __init__, as HF's Trainer
         )
 
     def _build_datamodule(self, eval_dataset: Any = None, test_dataset: Any = None) -> HFDataModule:

@@ -146,3 +146,13 @@ def test_route_checkpoint_loading_leaves_other_paths_to_the_strategy_and_replace
     _compat.route_checkpoint_loading(trainer, lambda p: {"second": p} if p == "hf" else None)
     assert trainer.strategy.load_checkpoint("hf") == {"second": "hf"}
     assert trainer.strategy.load_checkpoint(path) == {"plain": 1}
+
+
+def test_disable_distributed_sampler_stops_lightning_from_swapping_the_sampler():
+    # A DDP trainer over two CPU processes (nothing launches until fit): Lightning would swap the loader's sampler.
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    loader = _loader()
+    assert trainer._data_connector._requires_distributed_sampler(loader)
+    _compat.disable_distributed_sampler(trainer)
+    assert not trainer._data_connector._requires_distributed_sampler(loader)
