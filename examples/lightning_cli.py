@@ -38,6 +38,10 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` 
 
 def main(args=None) -> HFLightningCLI:
     """Parse the command line (or ``args``) and run the subcommand (``fit``, ``validate``, ...)."""
+    import transformers
+
+    # save_pretrained's per-file progress bars at every checkpoint; HF's Trainer output has none of them.
+    transformers.utils.logging.disable_progress_bar()
     return HFLightningCLI(args=args)
 
 

@@ -39,12 +39,14 @@ TASK_AUTO_CLASSES = {
     "token-classification": "AutoModelForTokenClassification",
 }
 
-# The `lightning.Trainer` settings HF semantics need and the CLI cannot leave at Lightning's defaults: HF saves
-# `checkpoint-N` folders itself (no `ModelCheckpoint`), and runs no sanity evaluation before training. A YAML
-# `trainer:` section can still set any other Trainer argument.
+# The `lightning.Trainer` defaults the CLI changes (HFLightningModule derives or refuses the rest, see
+# `lightning_settings.py`): HF saves `checkpoint-N` folders itself, so no default `ModelCheckpoint` (the module refuses
+# one); the run's length comes from `training_args` when `fit` starts, so no epoch limit until then (Lightning would
+# warn that it picks 1000); and no model summary, which HF's Trainer does not print. A YAML `trainer:` section can
+# still set any Trainer argument.
 CLI_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_checkpointing": False,
-    "num_sanity_val_steps": 0,
+    "max_epochs": -1,
     "enable_model_summary": False,
 }
 
