@@ -9,9 +9,8 @@ data, and one extra ``training_args:`` section (HF's ``TrainingArguments``) shar
 Run (needs ``transformers`` and ``jsonargparse``: ``pip install -e ".[examples]"``)::
 
     python examples/lightning_cli.py fit --config examples/configs/gpt2_clm.yaml
-    python examples/lightning_cli.py fit --config examples/configs/gpt2_clm.yaml --training_args.max_steps 60
-    python examples/lightning_cli.py fit --config examples/configs/gpt2_clm.yaml \\
-        --ckpt_path out/cli_clm/checkpoint-20          # resume from an HF checkpoint folder
+    python examples/lightning_cli.py fit --config examples/configs/gpt2_clm.yaml --training_args.max_steps 60 \\
+        --ckpt_path out/cli_clm/checkpoint-40          # resume from an HF checkpoint folder
     python examples/lightning_cli.py fit --help        # every setting, with its documentation
     python examples/lightning_cli.py fit --print_config --config examples/configs/gpt2_clm.yaml
 
