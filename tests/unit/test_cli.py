@@ -93,3 +93,13 @@ def test_the_cli_refuses_lightnings_seed_everything(tmp_path):
     (tmp_path / "corpus.txt").write_text("a small corpus for the cli test\n" * 4)
     with pytest.raises(ValueError, match=r"remove seed_everything and set training_args.seed instead"):
         HFLightningCLI(args=_config(tmp_path, seed_everything=3), run=False)
+
+
+def test_a_trainer_setting_that_training_args_decide_fails_before_anything_is_written(tmp_path):
+    (tmp_path / "corpus.txt").write_text("a small corpus for the cli test\n" * 4)
+    config = _config(tmp_path, trainer={"accumulate_grad_batches": 2, "enable_progress_bar": False})
+    cli = HFLightningCLI(args=config, run=False)  # what `fit` runs, without building every subcommand's parser
+    with pytest.raises(ValueError, match=r"Remove accumulate_grad_batches from the lightning.Trainer and set "
+                                         r"gradient_accumulation_steps in TrainingArguments"):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert not (tmp_path / "out").exists(), "neither checkpoints nor the CLI's config.yaml"
