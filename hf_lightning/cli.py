@@ -187,10 +187,13 @@ class HFLightningCLI(LightningCLI):
         model_class: the module class (``HFLightningModule`` or a subclass).
         datamodule_class: the datamodule class (``HFDataModule`` or a subclass).
         trainer_defaults: ``lightning.Trainer`` defaults on top of :data:`CLI_TRAINER_DEFAULTS`.
-        **kwargs: any other ``LightningCLI`` argument (``args=``, ``run=``, ``trainer_class=``, ...).
+        **kwargs: any other ``LightningCLI`` argument (``args=``, ``run=``, ``trainer_class=``, ...) except
+            ``subclass_mode_model`` / ``subclass_mode_data``: pass the subclass itself as ``model_class`` /
+            ``datamodule_class``.
 
     Raises:
         ModuleNotFoundError: ``jsonargparse`` is not installed (``pip install "jsonargparse[signatures]"``).
+        ValueError: ``subclass_mode_model`` or ``subclass_mode_data`` is set.
     """
 
     def __init__(
@@ -205,6 +208,13 @@ class HFLightningCLI(LightningCLI):
             raise ModuleNotFoundError(
                 "HFLightningCLI needs `jsonargparse`, Lightning's optional CLI dependency: "
                 'pip install "jsonargparse[signatures]" (or lightning[pytorch-extra]).'
+            )
+        modes = [name for name in ("subclass_mode_model", "subclass_mode_data") if kwargs.get(name)]
+        if modes:
+            raise ValueError(
+                f"HFLightningCLI does not support {' / '.join(modes)}=True: the training_args section is handed to the "
+                "class's `args`, which jsonargparse cannot do for a class chosen in the config. Pass your subclass "
+                "instead: HFLightningCLI(model_class=MyModule, datamodule_class=MyDataModule)."
             )
         kwargs.setdefault("seed_everything_default", False)
         kwargs.setdefault("auto_configure_optimizers", False)
@@ -221,14 +231,9 @@ class HFLightningCLI(LightningCLI):
         """Lightning's ``trainer:``, ``model:`` and ``data:`` sections, without the facade-only arguments."""
         parser.add_lightning_class_args(self.trainer_class, "trainer")
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
-        for key, cls, subclasses in (("model", self.model_class, self.subclass_mode_model),
-                                     ("data", self.datamodule_class, self.subclass_mode_data)):
-            skip = _NOT_CONFIGURABLE[key]
-            if subclasses:
-                parser.add_subclass_arguments(cls, key, fail_untyped=False, required=True, skip=skip)
-            else:
-                parser.add_class_arguments(cls, key, fail_untyped=False, instantiate=True, sub_configs=True,
-                                           skip=skip)
+        for key, cls in (("model", self.model_class), ("data", self.datamodule_class)):
+            parser.add_class_arguments(cls, key, fail_untyped=False, instantiate=True, sub_configs=True,
+                                       skip=_NOT_CONFIGURABLE[key])
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         """Add the ``training_args:`` section and hand the one ``TrainingArguments`` to the module and the data."""

@@ -103,3 +103,8 @@ def test_a_trainer_setting_that_training_args_decide_fails_before_anything_is_wr
                                          r"gradient_accumulation_steps in TrainingArguments"):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert not (tmp_path / "out").exists(), "neither checkpoints nor the CLI's config.yaml"
+
+
+def test_subclass_mode_is_refused_with_the_way_to_pass_a_subclass():
+    with pytest.raises(ValueError, match=r"does not support subclass_mode_model=True.*HFLightningCLI\(model_class="):
+        HFLightningCLI(subclass_mode_model=True, args={}, run=False)
