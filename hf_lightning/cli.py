@@ -19,13 +19,14 @@ import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import LightningCLI
 
 from hf_lightning.args.training_args import TrainingArguments
+from hf_lightning.callbacks.hf_api import TrainerCallback
 from hf_lightning.data.datamodule import HFDataModule
 from hf_lightning.module import HFLightningModule
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -51,9 +52,11 @@ CLI_TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 # Constructor arguments that are the HF-style facade's plumbing (or live objects a config cannot describe), kept
-# out of the CLI's `model:` / `data:` sections: the module binds its model to the datamodule itself.
+# out of the CLI's `model:` / `data:` sections: the module binds its model to the datamodule itself. The module's
+# `callbacks` (an untyped list) is added back with its element type, so `class_path` entries are instantiated.
 _NOT_CONFIGURABLE = {
-    "model": {"hooks", "hooks_call_hf_training_step", "loss_is_scaled_for_ga", "label_smoother", "optimizers"},
+    "model": {"hooks", "hooks_call_hf_training_step", "loss_is_scaled_for_ga", "label_smoother", "optimizers", "seed",
+              "callbacks"},
     "data": {"model"},
 }
 
@@ -234,6 +237,8 @@ class HFLightningCLI(LightningCLI):
         for key, cls in (("model", self.model_class), ("data", self.datamodule_class)):
             parser.add_class_arguments(cls, key, fail_untyped=False, instantiate=True, sub_configs=True,
                                        skip=_NOT_CONFIGURABLE[key])
+        parser.add_argument("--model.callbacks", type=Optional[list[TrainerCallback]], default=None,
+                            help="HF-style TrainerCallbacks (class_path + init_args), driven in HF's event order.")
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         """Add the ``training_args:`` section and hand the one ``TrainingArguments`` to the module and the data."""

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("jsonargparse")
 transformers = pytest.importorskip("transformers")
 
-from hf_lightning import HFDataModule, HFLightningModule, TrainingArguments  # noqa: E402
+from hf_lightning import EarlyStoppingCallback, HFDataModule, HFLightningModule, TrainingArguments  # noqa: E402
 from hf_lightning.cli import HFLightningCLI, TextFileDataset, model_from_config, model_from_pretrained  # noqa: E402
 
 # Lightning's CLI calls jsonargparse APIs that jsonargparse 4.49+ deprecates, and warns about `args=` next to
@@ -74,8 +74,13 @@ def _config(tmp_path, **extra) -> dict:
 
 def test_the_cli_shares_one_training_arguments_and_seeds_the_model_from_it(tmp_path):
     (tmp_path / "corpus.txt").write_text("a small corpus for the cli test\n" * 4)
-    cli = HFLightningCLI(args=_config(tmp_path), run=False)
+    config = _config(tmp_path)
+    config["model"]["callbacks"] = [{"class_path": "hf_lightning.EarlyStoppingCallback",
+                                     "init_args": {"early_stopping_patience": 2}}]
+    cli = HFLightningCLI(args=config, run=False)
     assert isinstance(cli.model, HFLightningModule) and isinstance(cli.datamodule, HFDataModule)
+    [callback] = cli.model.hf_callbacks  # built from its class_path, for the flow callback to drive
+    assert isinstance(callback, EarlyStoppingCallback) and callback.early_stopping_patience == 2
     assert isinstance(cli.model.args, TrainingArguments) and cli.model.args is cli.datamodule.args
     assert (cli.model.args.max_steps, cli.model.args.output_dir) == (3, str(tmp_path / "out"))
     assert cli.trainer.default_root_dir == str(tmp_path / "out")
