@@ -7,8 +7,9 @@ any logger, callback or ``setup`` touches the disk) calls :func:`check_fit_setti
 
 - A setting that ``TrainingArguments`` decides, set otherwise on the trainer, is an error that names the Lightning
   setting and the fix: ``accumulate_grad_batches``, ``gradient_clip_val``, ``val_check_interval``,
-  ``check_val_every_n_epoch``, a ``max_steps`` / ``max_epochs`` other than the arguments', and a ``ModelCheckpoint``
-  without ``monitor`` (Lightning's default one) while HF saves ``checkpoint-N`` folders.
+  ``check_val_every_n_epoch``, a ``max_steps`` / ``max_epochs`` other than the arguments', mixed precision other
+  than ``bf16`` / ``fp16`` in HF's autocast scope (:class:`~hf_lightning.precision.HFMixedPrecision`), and a
+  ``ModelCheckpoint`` without ``monitor`` (Lightning's default one) while HF saves ``checkpoint-N`` folders.
 - A Lightning default that would get in HF's way is derived: Lightning's validation trigger off (HF evaluates from
   the flow callback at optimizer steps), no sanity-check validation, no ``DistributedSampler`` (``HFDataModule``
   shards HF's way), and ``HFCheckpointIO`` as the strategy's ``CheckpointIO`` unless the user gave their own. The
@@ -23,11 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.precision import MixedPrecision
 
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value
+from hf_lightning.args.validation import check_precision
 from hf_lightning.checkpointing.io import HFCheckpointIO
+from hf_lightning.precision import HFMixedPrecision
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -84,6 +89,7 @@ def check_fit_settings(trainer: pl.Trainer, args: TrainingArguments,
             f"TrainingArguments(eval_strategy=...) says (now {enum_value(args.eval_strategy)!r}). Remove "
             "check_val_every_n_epoch from the lightning.Trainer and set eval_strategy='epoch' (or 'steps').")
     problems += _limit_conflicts(trainer, args, applied_limits)
+    problems += _precision_conflicts(trainer, args)
     if enum_value(args.save_strategy) != "no" and any(
             isinstance(cb, ModelCheckpoint) and cb.monitor is None for cb in trainer.callbacks):
         problems.append(
@@ -121,6 +127,29 @@ def _limit_conflicts(trainer: pl.Trainer, args: TrainingArguments,
             f"lightning.Trainer(max_epochs={max_epochs}) differs from {wanted}, which decide the training length and "
             f"the learning-rate schedule. Remove max_epochs from the lightning.Trainer and set {fix}.")
     return problems
+
+
+def _precision_conflicts(trainer: pl.Trainer, args: TrainingArguments) -> list[str]:
+    try:
+        check_precision(args)
+    except ValueError as error:
+        return [str(error)]
+    wanted = "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else None
+    plugin = trainer.precision_plugin
+    hf_scope = isinstance(plugin, HFMixedPrecision)
+    device = "cpu" if isinstance(trainer.accelerator, CPUAccelerator) else "cuda"
+    fix = (f"pass lightning.Trainer(plugins=[HFMixedPrecision({wanted or 'bf16-mixed'!r}, {device!r})]) (from "
+           "hf_lightning.precision) instead of precision=..., or build the trainer with build_lightning_trainer(args)")
+    if wanted is not None and not (hf_scope and trainer.precision == wanted):
+        flag = "bf16" if args.bf16 else "fp16"
+        return [f"TrainingArguments({flag}=True) trains in {wanted!r} with HF's autocast scope (the model's forward "
+                f"only), but this lightning.Trainer runs precision={trainer.precision!r}"
+                f"{'' if hf_scope else ' with ' + type(plugin).__name__}: {fix}."]
+    if wanted is None and isinstance(plugin, MixedPrecision):
+        return [f"lightning.Trainer(precision={trainer.precision!r}) is mixed precision, which TrainingArguments "
+                "decide (bf16=True / fp16=True; now neither), and Lightning's plugin autocasts the whole training "
+                f"step where HF autocasts the model's forward only: set bf16=True (or fp16=True) and {fix}."]
+    return []
 
 
 def derive_fit_settings(trainer: pl.Trainer) -> None:

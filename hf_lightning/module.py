@@ -104,8 +104,9 @@ class HFLightningModule(pl.LightningModule):
             ``False``.
 
     Example:
-        >>> trainer = build_lightning_trainer(args)                              # doctest: +SKIP
-        >>> trainer.fit(HFLightningModule(model, args), datamodule=HFDataModule(args, train_dataset=ds))
+        >>> module = HFLightningModule(model, args, callbacks=[MyHFCallback()])  # doctest: +SKIP
+        >>> lightning.Trainer(enable_checkpointing=False).fit(module, datamodule=HFDataModule(args, train_dataset=ds))
+        >>> module.trainer_state.log_history                                     # doctest: +SKIP
     """
 
     def __init__(

@@ -68,8 +68,9 @@ class HFFlowCallback(pl.Callback):
         eval_loss_full_batch_weight: weigh every evaluation batch loss as a full batch (HF's ``Seq2SeqTrainer``,
             see :class:`~hf_lightning.evaluation.EvalRequest`).
 
-    ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); it needs
-    that trainer's settings (Lightning's own validation trigger and checkpointing off).
+    ``build_lightning_trainer(args, callbacks)`` creates one (the facade passes its own as ``flow=``); on a
+    ``lightning.Trainer`` the user built, ``HFLightningModule.configure_callbacks`` brings one. It needs Lightning's
+    own validation trigger and checkpointing off (:mod:`hf_lightning.lightning_settings`).
     """
 
     def __init__(self, args: TrainingArguments, callbacks: list | None = None, processing_class: Any = None,

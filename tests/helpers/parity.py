@@ -32,12 +32,14 @@ class RunResult:
 
 
 def run(kind: str, make_model: Callable, tmp_path, *, train_dataset, eval_dataset=None, args: dict | None = None,
-        trainer_cls: Any = None, trainer_kwargs: dict | None = None, native: bool = False,
+        trainer_cls: Any = None, trainer_kwargs: dict | None = None, native: bool | str = False,
         resume: Any = None) -> RunResult:
-    """Train with ``kind`` in {"hf", "ours"}; ``native`` runs ours through the Lightning-native path; ``resume`` is
-    passed to ``train(resume_from_checkpoint=...)``."""
+    """Train with ``kind`` in {"hf", "ours"}; ``native`` runs ours through the Lightning-native path
+    (``build_lightning_trainer``; ``native="user"``: a plain ``lightning.Trainer``); ``resume`` is passed to
+    ``train(resume_from_checkpoint=...)``."""
     torch.set_num_threads(1)
-    output_dir = str(tmp_path / f"{kind}{'_native' if native else ''}")
+    suffix = f"_{native}" if isinstance(native, str) else "_native" if native else ""
+    output_dir = str(tmp_path / f"{kind}{suffix}")
     base = dict(output_dir=output_dir, report_to="none", use_cpu=True, disable_tqdm=True, seed=42)
     base.update(args or {})
     if kind == "hf":
@@ -56,9 +58,16 @@ def run(kind: str, make_model: Callable, tmp_path, *, train_dataset, eval_datase
     if native:
         from hf_lightning import HFDataModule, HFLightningModule, build_lightning_trainer
 
-        pl_trainer = build_lightning_trainer(targs, callbacks=[recorder], enable_progress_bar=False)
+        if native == "user":
+            import lightning.pytorch as pl
+
+            pl_trainer = pl.Trainer(accelerator="cpu", devices=1, enable_checkpointing=False, logger=False,
+                                    enable_progress_bar=False, enable_model_summary=False)
+        else:
+            pl_trainer = build_lightning_trainer(targs, callbacks=[recorder], enable_progress_bar=False)
         module = HFLightningModule(model, targs, compute_metrics=kwargs.get("compute_metrics"),
-                                   compute_loss_func=kwargs.get("compute_loss_func"))
+                                   compute_loss_func=kwargs.get("compute_loss_func"),
+                                   callbacks=[recorder] if native == "user" else None)
         dm = HFDataModule(targs, train_dataset=train_dataset, eval_dataset=eval_dataset,
                           data_collator=kwargs.get("data_collator"))
         pl_trainer.fit(module, datamodule=dm)

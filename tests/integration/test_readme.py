@@ -50,11 +50,13 @@ def test_python_block_runs_as_written(tmp_path, monkeypatch, index):
     code = _blocks("python")[index]
     exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": f"readme_block_{index}"})
     if "native_output" in code:
-        # What the README promises after the Lightning-native example.
+        # What the README promises after the Lightning-native example: a lightning.Trainer the user built.
+        assert "pl.Trainer(" in code and "build_lightning_trainer" not in code
         assert sorted(p.name for p in (tmp_path / "native_output").glob("checkpoint-*")) == [
             "checkpoint-10",
             "checkpoint-20",
         ]
+        assert not list(tmp_path.rglob("*.ckpt"))  # no Lightning checkpoint beside HF's folders
 
 
 def test_readme_has_runnable_python():

@@ -60,6 +60,10 @@ CONFLICTS = {
                                             "set TrainingArguments(num_train_epochs=5)"]),
     "max_epochs_beside_args_max_steps": (dict(max_epochs=2), dict(max_steps=4), ["lightning.Trainer(max_epochs=2)",
                                                                                  "max_steps > 0 overrides epochs"]),
+    "lightning_mixed_precision": (dict(precision="bf16-mixed"), {}, ["lightning.Trainer(precision='bf16-mixed')",
+                                                                     "set bf16=True", "HFMixedPrecision('bf16-mixed'"]),
+    "bf16_args_in_fp32_trainer": ({}, dict(bf16=True), ["TrainingArguments(bf16=True)", "precision='32-true'",
+                                                        "plugins=[HFMixedPrecision('bf16-mixed', 'cpu')]"]),
     "default_model_checkpoint": ({}, {}, ["ModelCheckpoint without `monitor`",
                                           "lightning.Trainer(enable_checkpointing=False)"]),
     "monitorless_model_checkpoint": (dict(callbacks=[ModelCheckpoint(every_n_train_steps=1)]), {},
@@ -143,3 +147,16 @@ def test_module_callbacks_join_the_flow_of_build_lightning_trainer(tmp_path):
 def test_module_refuses_lightning_callbacks(tmp_path):
     with pytest.raises(TypeError, match=r"pass them to lightning.Trainer\(callbacks=...\)"):
         HFLightningModule(RegressionModel(), _args(tmp_path / "out"), callbacks=[pl.Callback()])
+
+
+def test_settings_that_agree_with_the_arguments_are_accepted(tmp_path, monkeypatch):
+    """HF's autocast plugin with bf16=True, max_steps equal to the arguments', Lightning's default val interval."""
+    from hf_lightning.precision import HFMixedPrecision
+
+    monkeypatch.chdir(tmp_path)
+    args = _args(tmp_path / "out", bf16=True, max_steps=3, save_strategy="no")
+    trainer = _trainer(plugins=[HFMixedPrecision("bf16-mixed", "cpu")], max_steps=3, logger=False,
+                       val_check_interval=1.0, accumulate_grad_batches=1)
+    module = HFLightningModule(RegressionModel(), args)
+    trainer.fit(module, datamodule=HFDataModule(args, train_dataset=regression_data()))
+    assert trainer.global_step == 3 and [e["step"] for e in module.trainer_state.log_history][-1] == 3

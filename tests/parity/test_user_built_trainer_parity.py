@@ -87,3 +87,21 @@ def test_user_built_lightning_trainer_matches_transformers_trainer(tmp_path, mon
                              ordered=False, skip_keys=("train_loss",))
     for key in weights:
         assert torch.equal(resumed_weights[key], weights[key]), key
+
+
+def test_facade_build_lightning_trainer_and_user_built_trainer_are_bit_identical(tmp_path, monkeypatch):
+    """Dropout on, so the seeding moment matters: HF's Trainer() seeds once the model exists; HFLightningModule(...)
+    does the same on the Lightning-native paths."""
+    monkeypatch.chdir(tmp_path)
+    train, evald = lm_data(n_train=24, n_eval=8)
+    args = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=2, logging_steps=1,
+                eval_strategy="steps", eval_steps=2, learning_rate=3e-3, save_strategy="no")
+    runs = {native: run("ours", _gpt2_with_dropout, tmp_path, train_dataset=train, eval_dataset=evald, args=args,
+                        native=native) for native in (False, True, "user")}
+    facade = runs[False]
+    for native in (True, "user"):
+        assert_log_history_equal(facade.log_history, runs[native].log_history, rtol=0)
+        assert runs[native].events == facade.events, native
+        for key, value in facade.state_dict.items():
+            assert torch.equal(runs[native].state_dict[key], value), (native, key)
+    assert {p.name for p in tmp_path.iterdir()} <= {"ours", "ours_native", "ours_user"}  # no lightning_logs/
