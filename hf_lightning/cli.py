@@ -182,8 +182,9 @@ class HFLightningCLI(LightningCLI):
       ``seed_everything`` is off, and giving it is an error (set ``training_args.seed``);
     - no ``optimizer:`` / ``lr_scheduler:`` sections: the optimizer and schedule come from ``training_args``
       (``optim``, ``learning_rate``, ``lr_scheduler_type``, ...), as in HF;
-    - the ``trainer:`` defaults in :data:`CLI_TRAINER_DEFAULTS`, ``default_root_dir`` = ``output_dir``, and the
-      loggers named by ``report_to`` when ``trainer.logger`` is not given;
+    - the ``trainer:`` defaults in :data:`CLI_TRAINER_DEFAULTS`, ``default_root_dir`` = ``output_dir``, the
+      loggers named by ``report_to`` when ``trainer.logger`` is not given, and HF's autocast scope for ``bf16`` /
+      ``fp16`` when neither ``trainer.precision`` nor ``trainer.plugins`` is;
     - the resolved config is saved as ``config.yaml`` in the run's log folder, overwritten on a resume.
 
     Args:
@@ -262,10 +263,21 @@ class HFLightningCLI(LightningCLI):
             set_seed(args.seed)
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        """Lightning's trainer, with the ``report_to`` loggers when the config names no ``trainer.logger``."""
-        config = self.config_init.get(str(self.subcommand), self.config_init)
-        if config.trainer.get("logger") is None and "logger" not in kwargs:
-            from hf_lightning.loggers import build_loggers
+        """Lightning's trainer, with what ``training_args`` imply where the ``trainer:`` section is silent: the
+        ``report_to`` loggers, and for ``bf16`` / ``fp16`` HF's autocast scope (``HFMixedPrecision``, the model's
+        forward only)."""
+        from hf_lightning.loggers import build_loggers
+        from hf_lightning.precision import HFMixedPrecision
+        from hf_lightning.trainer.build import resolve_precision
+        from hf_lightning.trainer.strategies import cpu_run
 
-            kwargs["logger"] = build_loggers(self.model.args) or False
+        trainer = self.config_init.get(str(self.subcommand), self.config_init).trainer
+        args = self.model.args
+        if trainer.get("logger") is None and "logger" not in kwargs:
+            kwargs["logger"] = build_loggers(args) or False
+        precision = resolve_precision(args)
+        if precision != "32-true" and trainer.get("precision") is None and not trainer.get("plugins") \
+                and "plugins" not in kwargs:
+            device = "cpu" if trainer.get("accelerator") == "cpu" or cpu_run(args) else "cuda"
+            kwargs["plugins"] = [HFMixedPrecision(precision, device)]
         return super().instantiate_trainer(**kwargs)

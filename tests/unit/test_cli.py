@@ -9,6 +9,7 @@ pytest.importorskip("jsonargparse")
 transformers = pytest.importorskip("transformers")
 
 from hf_lightning import EarlyStoppingCallback, HFDataModule, HFLightningModule, TrainingArguments  # noqa: E402
+from hf_lightning.precision import HFMixedPrecision  # noqa: E402
 from hf_lightning.cli import HFLightningCLI, TextFileDataset, model_from_config, model_from_pretrained  # noqa: E402
 
 # Lightning's CLI calls jsonargparse APIs that jsonargparse 4.49+ deprecates, and warns about `args=` next to
@@ -75,6 +76,7 @@ def _config(tmp_path, **extra) -> dict:
 def test_the_cli_shares_one_training_arguments_and_seeds_the_model_from_it(tmp_path):
     (tmp_path / "corpus.txt").write_text("a small corpus for the cli test\n" * 4)
     config = _config(tmp_path)
+    config["training_args"].update(bf16=True, use_cpu=True)
     config["model"]["callbacks"] = [{"class_path": "hf_lightning.EarlyStoppingCallback",
                                      "init_args": {"early_stopping_patience": 2}}]
     cli = HFLightningCLI(args=config, run=False)
@@ -86,6 +88,8 @@ def test_the_cli_shares_one_training_arguments_and_seeds_the_model_from_it(tmp_p
     assert cli.trainer.default_root_dir == str(tmp_path / "out")
     assert not any(type(cb).__name__ == "ModelCheckpoint" for cb in cli.trainer.callbacks)
     assert cli.trainer.logger is None  # report_to="none"
+    # bf16=True: HF's autocast scope (the model's forward only), which the module requires of a user-built trainer.
+    assert isinstance(cli.trainer.precision_plugin, HFMixedPrecision) and cli.trainer.precision == "bf16-mixed"
     # HF's seed (training_args.seed) initialised the model, as set_seed + from_config would.
     from hf_lightning import set_seed
 
