@@ -1,6 +1,6 @@
 """``examples/lightning_cli.py fit --config examples/configs/gpt2_clm.yaml``: LightningCLI end to end, offline.
 
-The config is run as written (only ``output_dir`` is moved into ``tmp_path``) in a subprocess, as a user launches it,
+The config is run as written (``output_dir`` moved into ``tmp_path``, a shorter run given on the command line) in a subprocess, as a user launches it,
 and the same run through the HF-style facade (built from the same YAML values) must leave the same ``checkpoint-N``
 folders, the same ``log_history`` and the same weights.
 """
@@ -23,6 +23,8 @@ pytest.importorskip("jsonargparse")
 
 ROOT = EXAMPLES.parent
 CONFIG = EXAMPLES / "configs" / "gpt2_clm.yaml"
+# Half the config's 40 steps keeps the test short; save_total_limit=1 still shows rotation (checkpoint-10 goes).
+OVERRIDES = {"max_steps": 20, "save_total_limit": 1}
 
 
 def _facade_run(config: dict, output_dir) -> None:
@@ -30,7 +32,8 @@ def _facade_run(config: dict, output_dir) -> None:
     from hf_lightning import Trainer, TrainingArguments, set_seed
     from hf_lightning.cli import TextFileDataset, model_from_config
 
-    args = TrainingArguments(**{**config["training_args"], "output_dir": str(output_dir), "disable_tqdm": True})
+    args = TrainingArguments(**{**config["training_args"], **OVERRIDES, "output_dir": str(output_dir),
+                                "disable_tqdm": True})
     set_seed(args.seed)
     model = model_from_config(**config["model"]["model"]["init_args"])
     datasets = {key: TextFileDataset(**{**spec["init_args"], "path": str(ROOT / spec["init_args"]["path"])})
@@ -45,28 +48,29 @@ def test_the_cli_config_trains_like_the_facade(tmp_path):
            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "examples/lightning_cli.py", "fit", "--config", str(CONFIG.relative_to(ROOT)),
-         "--training_args.output_dir", str(out)],
+         "--training_args.output_dir", str(out),
+         *[word for key, value in OVERRIDES.items() for word in (f"--training_args.{key}", str(value))]],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
-    # save_steps=10, max_steps=40, save_total_limit=2: checkpoint-10 and -20 rotated away.
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-30", "checkpoint-40"]
-    state = json.loads((out / "checkpoint-40" / "trainer_state.json").read_text())
-    assert state["global_step"] == 40
-    assert [e["step"] for e in state["log_history"] if "loss" in e] == list(range(5, 41, 5))
-    assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [10, 20, 30, 40]
+    # save_steps=10 and save_total_limit=1: checkpoint-10 was rotated away.
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-20"]
+    state = json.loads((out / "checkpoint-20" / "trainer_state.json").read_text())
+    assert state["global_step"] == 20
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [5, 10, 15, 20]
+    assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [10, 20]
     assert (out / "config.yaml").is_file(), "LightningCLI saves the resolved config next to the run"
 
     torch.set_num_threads(1)
     _facade_run(config, tmp_path / "facade")
     facade = tmp_path / "facade"
-    assert sorted(p.name for p in facade.glob("checkpoint-*")) == ["checkpoint-30", "checkpoint-40"]
-    facade_state = json.loads((facade / "checkpoint-40" / "trainer_state.json").read_text())
+    assert sorted(p.name for p in facade.glob("checkpoint-*")) == ["checkpoint-20"]
+    facade_state = json.loads((facade / "checkpoint-20" / "trainer_state.json").read_text())
     assert_log_history_equal(facade_state["log_history"], state["log_history"], rtol=0.0)
     from safetensors.torch import load_file
 
-    ours, theirs = (load_file(d / "checkpoint-40" / "model.safetensors") for d in (out, facade))
+    ours, theirs = (load_file(d / "checkpoint-20" / "model.safetensors") for d in (out, facade))
     assert ours.keys() == theirs.keys()
     for key in ours:
         assert torch.equal(ours[key], theirs[key]), key
