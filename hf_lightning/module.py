@@ -134,8 +134,8 @@ class HFLightningModule(pl.LightningModule):
                                or (isinstance(cb, type) and issubclass(cb, pl.Callback))]
         if lightning_callbacks:
             raise TypeError(
-                f"HFLightningModule(callbacks=...) takes HF-style TrainerCallbacks; {lightning_callbacks} are Lightning "
-                "callbacks: pass them to lightning.Trainer(callbacks=...).")
+                f"HFLightningModule(callbacks=...) takes HF-style TrainerCallbacks; {lightning_callbacks} are "
+                "Lightning callbacks: pass them to lightning.Trainer(callbacks=...).")
         if seed:
             # HF's Trainer seeds once, at construction, after the model exists; this module is its counterpart.
             if args.full_determinism:

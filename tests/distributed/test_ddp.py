@@ -57,6 +57,19 @@ def test_ddp_matches_one_process_with_the_same_global_batch(single, ddp):
         torch.testing.assert_close(_weights(ddp)[key], value, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_user_built_lightning_trainer_under_ddp_matches_the_facade(ddp, tmp_path):
+    """A lightning.Trainer(strategy="ddp") the user built: HFDataModule's sharding (Lightning's DistributedSampler
+    derived off), the same logs, evaluation and weights as the facade's DDP run."""
+    user = _launch("user", tmp_path / "out", tmp_path / "r.json", batch=4, max_steps=6, nproc=2)
+    assert user["world"] == 2
+    assert_log_history_equal(ddp["log_history"], user["log_history"], rtol=0)
+    assert user["eval"]["eval_loss"] == pytest.approx(ddp["eval"]["eval_loss"], rel=1e-6)
+    for key, value in _weights(ddp).items():
+        assert torch.equal(_weights(user)[key], value), key
+    assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+
+
 def test_evaluate_counts_every_example_once(single, ddp):
     assert ddp["eval"]["eval_loss"] == pytest.approx(single["eval"]["eval_loss"], rel=1e-5)
     assert ddp["eval"]["eval_samples_per_second"] > 0

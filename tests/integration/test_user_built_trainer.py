@@ -75,7 +75,7 @@ CONFLICTS = {
 def test_conflicting_trainer_setting_is_refused_before_any_step_or_write(tmp_path, monkeypatch, name):
     trainer_kw, args_kw, texts = CONFLICTS[name]
     monkeypatch.chdir(tmp_path)  # Lightning's default_root_dir (lightning_logs/, .ckpt files) is the cwd
-    if "enable_checkpointing" not in trainer_kw and "callbacks" not in trainer_kw and name != "default_model_checkpoint":
+    if not ({"enable_checkpointing", "callbacks"} & set(trainer_kw)) and name != "default_model_checkpoint":
         trainer_kw = dict(trainer_kw, enable_checkpointing=False)
     args = _args(tmp_path / "out", **args_kw)
     model = RegressionModel()
@@ -84,7 +84,8 @@ def test_conflicting_trainer_setting_is_refused_before_any_step_or_write(tmp_pat
     module = HFLightningModule(model, args, callbacks=[events])
     trainer = _trainer(**trainer_kw)  # Lightning's default logger: it would write lightning_logs/ in the cwd
     with pytest.raises(ValueError) as raised:
-        trainer.fit(module, datamodule=HFDataModule(args, train_dataset=regression_data(), eval_dataset=regression_data(8)))
+        trainer.fit(module, datamodule=HFDataModule(args, train_dataset=regression_data(),
+                                                    eval_dataset=regression_data(8)))
     for text in texts:
         assert text in str(raised.value)
     assert list(tmp_path.iterdir()) == []
@@ -97,7 +98,8 @@ def test_all_conflicts_are_reported_at_once(tmp_path, monkeypatch):
     args = _args(tmp_path / "out")
     trainer = _trainer(accumulate_grad_batches=3, gradient_clip_val=1.0, max_steps=9)
     with pytest.raises(ValueError) as raised:
-        trainer.fit(HFLightningModule(RegressionModel(), args), datamodule=HFDataModule(args, train_dataset=regression_data()))
+        trainer.fit(HFLightningModule(RegressionModel(), args),
+                    datamodule=HFDataModule(args, train_dataset=regression_data()))
     message = str(raised.value)
     for setting in ("accumulate_grad_batches=3", "gradient_clip_val=1.0", "max_steps=9", "ModelCheckpoint"):
         assert setting in message
@@ -160,3 +162,18 @@ def test_settings_that_agree_with_the_arguments_are_accepted(tmp_path, monkeypat
     module = HFLightningModule(RegressionModel(), args)
     trainer.fit(module, datamodule=HFDataModule(args, train_dataset=regression_data()))
     assert trainer.global_step == 3 and [e["step"] for e in module.trainer_state.log_history][-1] == 3
+
+
+def test_a_checkpoint_io_the_user_chose_stays(tmp_path, monkeypatch):
+    from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+    class MyIO(TorchCheckpointIO):
+        pass
+
+    monkeypatch.chdir(tmp_path)
+    args = _args(tmp_path / "out", max_steps=3)
+    trainer = _trainer(plugins=[MyIO()], logger=False, enable_checkpointing=False)
+    trainer.fit(HFLightningModule(RegressionModel(), args),
+                datamodule=HFDataModule(args, train_dataset=regression_data()))
+    assert type(trainer.strategy.checkpoint_io) is MyIO
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoint-3"]
