@@ -1,6 +1,7 @@
 """Lightning's own callbacks and loggers on an HF run: they see HF's metrics at HF's moments.
 
-One run through ``build_lightning_trainer`` with Lightning's ``ModelCheckpoint(monitor="eval_loss")``,
+One run through a ``lightning.Trainer`` the user builds (no ``build_lightning_trainer``: the module brings HF's
+flow through ``configure_callbacks``) with Lightning's ``ModelCheckpoint(monitor="eval_loss")``,
 ``EarlyStopping(monitor="eval_loss")``, ``LearningRateMonitor`` and a ``CSVLogger``, beside the same run through
 ``transformers.Trainer`` with HF's ``EarlyStoppingCallback`` set to stop at the same evaluation. Each Lightning
 piece is checked against the run's own ``log_history``, which is checked against HF's.
@@ -78,24 +79,24 @@ def test_lightning_callbacks_and_logger_see_hf_metrics_at_hf_steps(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
     import hf_lightning
-    from hf_lightning import HFDataModule, HFLightningModule, build_lightning_trainer
+    from hf_lightning import HFDataModule, HFLightningModule
 
     train, evald = lm_data(n_train=40, n_eval=8)
     hf_trainer, hf_recorder = _hf_run(tmp_path, train, evald)
 
     torch.set_num_threads(1)
     args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / "ours"), **ARGS)
-    # Built before the trainer, which seeds as HF's Trainer does once the model exists.
+    # Built before the module, which seeds as HF's Trainer does once the model exists.
     model = _gpt2_with_dropout()
     checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "lightning_ckpt"), monitor="eval_loss", mode="min",
                                  save_top_k=-1, filename="{step}-{eval_loss:.6f}")
     stopping = EarlyStopping(monitor="eval_loss", mode="min", patience=PATIENCE, min_delta=THRESHOLD)
     seen, recorder = MetricsSeen(), EventRecorder()
     logger = CSVLogger(str(tmp_path / "csv"), name="", version="")
-    trainer = build_lightning_trainer(args, callbacks=[recorder, checkpoint, stopping,
-                                                       LearningRateMonitor(logging_interval="step"), seen],
-                                      logger=logger, enable_progress_bar=False)
-    trainer.fit(HFLightningModule(model, args, compute_metrics=_logit_mean),
+    # As a Lightning user writes it: the HF-style callback goes to the module, Lightning's to the trainer.
+    trainer = pl.Trainer(callbacks=[checkpoint, stopping, LearningRateMonitor(logging_interval="step"), seen],
+                         logger=logger, enable_progress_bar=False, accelerator="cpu", devices=1, log_every_n_steps=1)
+    trainer.fit(HFLightningModule(model, args, compute_metrics=_logit_mean, callbacks=[recorder]),
                 datamodule=HFDataModule(args, train_dataset=train, eval_dataset=evald))
     flow = next(cb for cb in trainer.callbacks if isinstance(cb, hf_lightning.callbacks.HFFlowCallback))
     history = flow.state.log_history
