@@ -122,3 +122,19 @@ def route_checkpoint_loading(trainer: pl.Trainer, read: Callable[[Any], dict | N
     current = strategy.load_checkpoint
     original = current.original if isinstance(current, _RoutedCheckpointLoad) else current
     strategy.load_checkpoint = _RoutedCheckpointLoad(original, read)
+
+
+def checkpoint_wrapper(module: nn.Module) -> nn.Module:
+    """``module`` wrapped for activation checkpointing as accelerate's FSDP2 preparation wraps a layer.
+
+    torch's ``checkpoint_wrapper`` lives in the private ``torch.distributed.algorithms._checkpoint`` package;
+    accelerate calls it with ``preserve_rng_state=False`` (dropout masks are not replayed from a saved RNG state).
+    """
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper as wrap
+
+    return wrap(module, preserve_rng_state=False)
+
+
+def checkpoint_wrapped_inner(module: nn.Module) -> nn.Module:
+    """The layer inside a :func:`checkpoint_wrapper`, or ``module`` itself when it is not one."""
+    return getattr(module, "_checkpoint_wrapped_module", module)

@@ -146,3 +146,16 @@ def test_route_checkpoint_loading_leaves_other_paths_to_the_strategy_and_replace
     _compat.route_checkpoint_loading(trainer, lambda p: {"second": p} if p == "hf" else None)
     assert trainer.strategy.load_checkpoint("hf") == {"second": "hf"}
     assert trainer.strategy.load_checkpoint(path) == {"plain": 1}
+
+
+def test_checkpoint_wrapper_recomputes_the_layer_and_exposes_it():
+    layer = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+    wrapped = _compat.checkpoint_wrapper(layer)
+    assert wrapped is not layer and _compat.checkpoint_wrapped_inner(wrapped) is layer
+    assert _compat.checkpoint_wrapped_inner(layer) is layer
+    calls = []
+    layer[0].register_forward_hook(lambda *a: calls.append(1))
+    x = torch.randn(2, 3, requires_grad=True)
+    wrapped(x).sum().backward()
+    assert len(calls) == 2  # the forward, then its recomputation in the backward
+    assert x.grad is not None

@@ -1,0 +1,146 @@
+"""FSDP2 (fsdp_config version 2): the arguments read as transformers 5.23 + accelerate read them, and the model
+sharded into the same groups as accelerate's FSDP2 preparation (one process, gloo; no torchrun)."""
+
+import types
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import transformers
+from accelerate.utils import FullyShardedDataParallelPlugin
+from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy, fsdp2_prepare_model
+
+import hf_lightning
+from hf_lightning.sharding import HFFSDP2Strategy, _layer_matcher, fsdp2_plan, shard_model
+from hf_lightning.trainer.strategies import resolve_strategy
+from tests.helpers.models import tiny_gpt2
+
+CONFIGS = [
+    (True, None),
+    ("full_shard", {"transformer_layer_cls_to_wrap": "GPT2Block"}),
+    ("shard_grad_op offload", {"transformer_layer_cls_to_wrap": ["GPT2Block"], "activation_checkpointing": True,
+                               "state_dict_type": "SHARDED_STATE_DICT"}),
+    (True, {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 3000}),
+    (True, {"auto_wrap_policy": "NO_WRAP", "reshard_after_forward": "false"}),
+]
+
+
+def _both(tmp_path, fsdp, config, **kw):
+    common = dict(output_dir=str(tmp_path), fsdp=fsdp, fsdp_config=config, use_cpu=True, report_to="none", **kw)
+    return transformers.TrainingArguments(**common), hf_lightning.TrainingArguments(**common)
+
+
+@pytest.mark.parametrize("fsdp,config", CONFIGS)
+def test_plan_reads_fsdp_config_as_hf_and_accelerate(tmp_path, fsdp, config):
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    hf_args, args = _both(tmp_path, fsdp, config)
+    plugin = FullyShardedDataParallelPlugin(**hf_args.fsdp_plugin_args)
+    plan = fsdp2_plan(args)
+    assert plan.reshard_after_forward == plugin.reshard_after_forward
+    assert plan.cpu_offload == isinstance(plugin.cpu_offload, CPUOffloadPolicy)
+    assert plan.state_dict_type == plugin.state_dict_type.name
+    assert plan.activation_checkpointing == bool(plugin.activation_checkpointing)
+    # The modules that get their own group (and activation checkpointing): accelerate's policy, module by module.
+    model = tiny_gpt2()
+    theirs = fsdp2_prepare_auto_wrap_policy(plugin, model)
+    ours = _layer_matcher(model, plan)
+    expected = [name for name, m in model.named_modules() if theirs is not None and theirs(m)
+                and not isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict))]  # see the size-based test below
+    assert [name for name, m in model.named_modules() if ours is not None and ours(m)] == expected
+    if config is None:  # no transformer_layer_cls_to_wrap: the model's _no_split_modules (GPT2Block)
+        assert expected == ["transformer.h.0", "transformer.h.1"]
+
+
+def test_bf16_gathers_and_reduces_in_bf16(tmp_path):
+    assert fsdp2_plan(_both(tmp_path, True, None, bf16=True)[1]).param_dtype == torch.bfloat16
+    assert fsdp2_plan(_both(tmp_path, True, None)[1]).param_dtype is None
+
+
+def test_version_2_maps_to_model_parallel_strategy_on_the_cpu(tmp_path):
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    args = _both(tmp_path, "shard_grad_op", {"transformer_layer_cls_to_wrap": ["GPT2Block"],
+                                             "state_dict_type": "SHARDED_STATE_DICT"}, ddp_timeout=60)[1]
+    cls, kwargs = resolve_strategy(args, world_size=4, on_cpu=True)
+    assert cls is HFFSDP2Strategy
+    strategy = cls(**kwargs)
+    assert isinstance(strategy, ModelParallelStrategy)
+    # One data-parallel dimension over every process, no tensor parallelism.
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (4, 1)
+    assert strategy._save_distributed_checkpoint is True
+    assert strategy._timeout == timedelta(seconds=60)
+    assert strategy.plan.reshard_after_forward is False
+
+
+def test_version_1_is_refused_on_the_cpu_and_unknown_versions_everywhere(tmp_path):
+    with pytest.raises(ValueError, match=r"fsdp_config\['version'\]=1 needs CUDA.*FSDP2"):
+        resolve_strategy(_both(tmp_path, True, {"version": 1})[1], world_size=2, on_cpu=True)
+    with pytest.raises(ValueError, match=r"fsdp_config\['version'\]=3"):
+        resolve_strategy(_both(tmp_path, True, {"version": 3})[1], world_size=2, on_cpu=False)
+
+
+def test_cpu_offload_on_a_cpu_run_is_refused(tmp_path):
+    # torch's CPUOffloadPolicy needs an accelerator; on the CPU the parameters are there already.
+    with pytest.raises(ValueError, match=r"cpu_offload.*CPU.*Drop the offload"):
+        resolve_strategy(_both(tmp_path, "full_shard offload", None)[1], world_size=2, on_cpu=True)
+    cls, kwargs = resolve_strategy(_both(tmp_path, "full_shard offload", None)[1], world_size=2, on_cpu=False)
+    assert kwargs["plan"].cpu_offload is True
+
+
+def test_unknown_layer_class_is_named(tmp_path):
+    plan = fsdp2_plan(_both(tmp_path, True, {"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})[1])
+    with pytest.raises(ValueError, match="LlamaDecoderLayer.*GPT2LMHeadModel"):
+        _layer_matcher(tiny_gpt2(), plan)
+
+
+@pytest.fixture
+def one_process_group():
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _layout(model):
+    from torch.distributed.fsdp import FSDPModule
+
+    return [(name, type(m).__name__, isinstance(m, FSDPModule)) for name, m in model.named_modules()]
+
+
+@pytest.mark.parametrize("fsdp,config", [
+    CONFIGS[0],
+    ("shard_grad_op", {"transformer_layer_cls_to_wrap": ["GPT2Block"], "activation_checkpointing": True}),
+])
+def test_shard_model_builds_accelerates_groups(tmp_path, one_process_group, fsdp, config):
+    hf_args, args = _both(tmp_path, fsdp, config)
+    plugin = FullyShardedDataParallelPlugin(**hf_args.fsdp_plugin_args)
+    theirs = tiny_gpt2()
+    if plugin.activation_checkpointing:
+        from accelerate.utils.fsdp_utils import fsdp2_apply_ac
+
+        fake = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin))
+        fsdp2_apply_ac(fake, theirs)
+    fake = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no",
+                                 is_main_process=True, torch_device_mesh=None, device=torch.device("cpu"))
+    fsdp2_prepare_model(fake, theirs)
+    ours = shard_model(tiny_gpt2(), fsdp2_plan(args))
+    assert _layout(ours) == _layout(theirs)
+    assert shard_model(ours, fsdp2_plan(args)) is ours  # a sharded model is left alone
+
+
+def test_size_based_wrap_skips_layer_containers_where_accelerate_fails(tmp_path, one_process_group):
+    hf_args, args = _both(tmp_path, *CONFIGS[3])
+    plugin = FullyShardedDataParallelPlugin(**hf_args.fsdp_plugin_args)
+    fake = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no",
+                                 is_main_process=True, torch_device_mesh=None, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="containers that do not implement forward"):
+        fsdp2_prepare_model(fake, tiny_gpt2())  # HF's own FSDP2 run stops here (transformer.h is a ModuleList)
+    sharded = {name for name, _, is_fsdp in _layout(shard_model(tiny_gpt2(), fsdp2_plan(args))) if is_fsdp}
+    # The blocks get groups; the ModuleList cannot, and neither can `transformer`, which holds wte but not the lm_head
+    # tied to it: the tied pair gets one group with ln_f, as in accelerate's layout.
+    assert {"transformer.h.0", "transformer.h.1", "transformer.wte", "transformer.ln_f", "lm_head"} <= sharded
+    assert not {"transformer.h", "transformer"} & sharded
