@@ -111,6 +111,20 @@ class ModelState(Protocol):
             The missing and unexpected keys.
         """
 
+    def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
+        """Run on every process at every save: the optimizer's state for ``optimizer.pt`` (``None``: not here).
+
+        Args:
+            model: The model the optimizer trains, possibly wrapped under ``.module``.
+            optimizer: The optimizer.
+
+        Returns:
+            On the saving process, the dict to store (``Optimizer.state_dict()``'s form).
+        """
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """Run on every process: load ``state`` (read from ``optimizer.pt``) into ``optimizer``."""
+
     def check_loadable(self, model: torch.nn.Module) -> None:
         """Before the first step, on every process: raise if what :meth:`write` writes could not be loaded back.
 
@@ -288,6 +302,14 @@ class PlainModelState(ModelState):
                 metadata={"format": "pt"},
             )
 
+    def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """``optimizer.state_dict()``: every process holds the whole state."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """``optimizer.load_state_dict(state)``."""
+        optimizer.load_state_dict(state)
+
     def check_loadable(self, model: torch.nn.Module) -> None:
         """Refuse, before training, a model whose checkpoints :meth:`load` could not read back.
 
@@ -451,11 +473,16 @@ class PeftModelState(PlainModelState):
 
 
 def model_state_for(model: torch.nn.Module) -> ModelState:
-    """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, else the plain kind.
+    """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, ``FSDP2ModelState`` for a
+    model sharded by FSDP2 (``checkpointing/fsdp_state.py``), else the plain kind.
 
     Args:
         model: The model, possibly wrapped under ``.module``.
     """
+    from hf_lightning.checkpointing.fsdp_state import FSDP2ModelState, is_fsdp2_model
+
+    if is_fsdp2_model(model):
+        return FSDP2ModelState()
     return PeftModelState() if is_peft_model(model) else PlainModelState()
 
 

@@ -241,8 +241,10 @@ def _write_contents(folder: str, run_dir: str, contents: CheckpointContents) -> 
             c.state.best_model_checkpoint = best_dir
 
     if not c.save_only_model:
+        # Every process takes part (a sharded optimizer gathers its state here).
+        optimizer_state = c.model_state.optimizer_state(c.model, c.optimizer)
         if c.should_save:
-            torch.save(c.optimizer.state_dict(), os.path.join(folder, OPTIMIZER_NAME))
+            torch.save(optimizer_state, os.path.join(folder, OPTIMIZER_NAME))
             torch.save(c.scheduler.state_dict(), os.path.join(folder, SCHEDULER_NAME))
             if c.scaler is not None:
                 torch.save(c.scaler.state_dict(), os.path.join(folder, SCALER_NAME))
