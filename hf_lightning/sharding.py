@@ -1,4 +1,5 @@
-"""FSDP2: HF's ``fsdp`` / ``fsdp_config`` (version 2, transformers 5.x's default) on Lightning's ``ModelParallelStrategy``.
+"""FSDP2: HF's ``fsdp`` / ``fsdp_config`` (version 2, transformers 5.x's default) on Lightning's
+``ModelParallelStrategy``.
 
 HF's Trainer hands FSDP2 to accelerate, which shards the model in place with ``torch.distributed.fsdp.fully_shard``.
 Lightning's ``ModelParallelStrategy`` runs FSDP2 too, but leaves the sharding to the LightningModule's

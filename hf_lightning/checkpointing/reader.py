@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.checkpointing.layout import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
-from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, model_state_for
+from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, apply_optimizer_state, model_state_for
 from hf_lightning.checkpointing.safe_load import safe_torch_load
 
 __all__ = ["load_model_weights", "load_optimizer_and_scheduler", "load_scaler"]
@@ -89,7 +89,7 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir:
     optimizer_state = safe_torch_load(optimizer_file)
     scheduler_state = safe_torch_load(scheduler_file)
     if model_state is not None and model is not None:
-        model_state.load_optimizer_state(model, optimizer, optimizer_state)
+        apply_optimizer_state(model_state, model, optimizer, optimizer_state)
     else:
         optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)

@@ -23,7 +23,7 @@ from torch import nn
 from hf_lightning._utils import has_len
 from hf_lightning.args.validation import check_full_eval_precision, check_trainer_inputs
 from hf_lightning.callbacks.training_flow import HFFlowCallback
-from hf_lightning.checkpointing.fsdp_state import FSDP2ModelState, is_fsdp2_model
+from hf_lightning.checkpointing.model_state import FSDP2ModelState, is_fsdp2_model
 from hf_lightning.checkpointing.paths import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule

@@ -62,7 +62,11 @@ def main():
     model = _model()
     trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
                           data_collator=pad_collator)
-    last = lib.get_last_checkpoint(out) if resume else None
+    if lib_name == "hf":
+        from transformers.trainer_utils import get_last_checkpoint
+    else:
+        get_last_checkpoint = lib.get_last_checkpoint
+    last = get_last_checkpoint(out) if resume else None
     trainer.train(resume_from_checkpoint=last)
     weights = _full_weights(trainer.model)
     rank = int(os.environ.get("RANK", "0"))

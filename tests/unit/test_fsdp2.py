@@ -144,3 +144,47 @@ def test_size_based_wrap_skips_layer_containers_where_accelerate_fails(tmp_path,
     # tied to it: the tied pair gets one group with ln_f, as in accelerate's layout.
     assert {"transformer.h.0", "transformer.h.1", "transformer.wte", "transformer.ln_f", "lm_head"} <= sharded
     assert not {"transformer.h", "transformer"} & sharded
+
+
+def test_fsdp2_model_state_writes_and_reads_an_unsharded_runs_folder(tmp_path, one_process_group):
+    from hf_lightning.checkpointing.model_state import FSDP2ModelState, PlainModelState, model_state_for
+    from hf_lightning.sharding import full_state_dict
+
+    plan = fsdp2_plan(_both(tmp_path, True, None)[1])
+    batch = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "labels": torch.tensor([[1, 2, 3, 4]])}
+    model = shard_model(tiny_gpt2(), plan)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(**batch).loss.backward()
+    optimizer.step()
+    state = model_state_for(model)
+    assert isinstance(state, FSDP2ModelState)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    state.write(state.gather(model, str(folder)), str(folder))
+    torch.save(state.optimizer_state(model, optimizer), folder / "optimizer.pt")
+    expected = full_state_dict(model)
+
+    # An unsharded model and its optimizer read the folder as their own.
+    plain = tiny_gpt2(seed=1)
+    PlainModelState().load(plain, str(folder))  # lm_head.weight is tied to wte, stored once as HF stores it
+    for key, value in plain.state_dict().items():
+        assert torch.equal(value, expected[key]), key
+    plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    plain_optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+    assert len(plain_optimizer.state) == len(list(plain.parameters()))
+
+    # And a fresh sharded model gets the same weights and optimizer state back.
+    fresh = shard_model(tiny_gpt2(seed=1), plan)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    state.load(fresh, str(folder), strict=True)
+    state.load_optimizer_state(fresh, fresh_optimizer, torch.load(folder / "optimizer.pt", weights_only=True))
+    for key, value in full_state_dict(fresh).items():
+        assert torch.equal(value, expected[key]), key
+    mine, theirs = state.optimizer_state(fresh, fresh_optimizer), state.optimizer_state(model, optimizer)
+    def groups(state):  # torch.load(weights_only=True) gives lists where the optimizer holds tuples (betas)
+        return [{**group, "betas": tuple(group["betas"])} for group in state["param_groups"]]
+
+    assert groups(mine) == groups(theirs)
+    for index, values in theirs["state"].items():
+        for key, value in values.items():
+            assert torch.equal(mine["state"][index][key], value), (index, key)

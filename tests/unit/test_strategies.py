@@ -44,7 +44,8 @@ def test_fsdp_config_maps_to_fsdp_strategy(tmp_path):
     from lightning.pytorch.strategies import FSDPStrategy
 
     args = _args(tmp_path, fsdp="shard_grad_op offload",
-                 fsdp_config={"version": 1, "transformer_layer_cls_to_wrap": ["GPT2Block"], "activation_checkpointing": True,
+                 fsdp_config={"version": 1, "transformer_layer_cls_to_wrap": ["GPT2Block"],
+                              "activation_checkpointing": True,
                               "state_dict_type": "SHARDED_STATE_DICT"})
     cls, kwargs = resolve_strategy(args, world_size=2, on_cpu=False)
     assert cls is FSDPStrategy
