@@ -22,6 +22,7 @@ Lightning's ``ModelParallelStrategy`` runs FSDP2 too, but leaves the sharding to
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,8 @@ from hf_lightning import _compat
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["FSDP2Plan", "HFFSDP2Strategy", "fsdp2_plan", "full_state_dict", "is_sharded", "shard_model"]
 
@@ -91,6 +94,13 @@ def fsdp2_plan(args: TrainingArguments) -> FSDP2Plan:
         raise ValueError(
             f"fsdp_config['state_dict_type']={config.get('state_dict_type')!r}: FSDP2 checkpoints are "
             "FULL_STATE_DICT or SHARDED_STATE_DICT."
+        )
+    if state_dict_type == "SHARDED_STATE_DICT":
+        logger.warning(
+            "fsdp_config['state_dict_type']='SHARDED_STATE_DICT': hf_lightning does not write sharded FSDP2 "
+            "checkpoints yet; checkpoint-N folders hold the full weights and optimizer state (model.safetensors, "
+            "optimizer.pt), gathered from the shards, as with FULL_STATE_DICT. HF's pytorch_model_fsdp_0/ and "
+            "optimizer_0/ folders are neither written nor read."
         )
     param_dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
     return FSDP2Plan(

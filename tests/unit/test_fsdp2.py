@@ -53,6 +53,15 @@ def test_plan_reads_fsdp_config_as_hf_and_accelerate(tmp_path, fsdp, config):
         assert expected == ["transformer.h.0", "transformer.h.1"]
 
 
+def test_sharded_state_dict_says_checkpoints_are_full_for_now(tmp_path, caplog):
+    args = _both(tmp_path, True, {"state_dict_type": "SHARDED_STATE_DICT"})[1]
+    with caplog.at_level("WARNING", logger="hf_lightning.sharding"):
+        assert fsdp2_plan(args).state_dict_type == "SHARDED_STATE_DICT"
+    assert "does not write sharded FSDP2 checkpoints yet" in caplog.text
+    with pytest.raises(ValueError, match="state_dict_type.*LOCAL"):
+        fsdp2_plan(_both(tmp_path, True, {"state_dict_type": "LOCAL_STATE_DICT"})[1])
+
+
 def test_bf16_gathers_and_reduces_in_bf16(tmp_path):
     assert fsdp2_plan(_both(tmp_path, True, None, bf16=True)[1]).param_dtype == torch.bfloat16
     assert fsdp2_plan(_both(tmp_path, True, None)[1]).param_dtype is None
