@@ -1,6 +1,7 @@
 """Run by the FSDP tests under torchrun: one FSDP2 training run of transformers' Trainer or ours.
 
 usage: fsdp_script.py <lib: hf|ours> <output_dir> <result.json> [max_steps=N] [ga=N] [sdt=FULL|SHARDED] [resume]
+    [evaluate] [save_model=DIR]
     [fsdp=0]   (fsdp=0: no fsdp arguments, a plain run, e.g. one process resuming an FSDP checkpoint)
 
 The data has rows of different lengths, so each process's window holds a different number of label tokens and
@@ -68,6 +69,7 @@ def main():
         get_last_checkpoint = lib.get_last_checkpoint
     last = get_last_checkpoint(out) if resume else None
     trainer.train(resume_from_checkpoint=last)
+    metrics = trainer.evaluate() if "evaluate" in sys.argv[4:] else None
     weights = _full_weights(trainer.model)
     rank = int(os.environ.get("RANK", "0"))
     if "save_model" in opts:
@@ -76,7 +78,7 @@ def main():
         with open(result, "w") as f:
             json.dump({"log_history": trainer.state.log_history, "world": world,
                        "weights": {k: v.tolist() for k, v in weights.items()},
-                       "model_class": type(trainer.model).__name__}, f)
+                       "model_class": type(trainer.model).__name__, "eval": metrics}, f)
     return trainer, model
 
 

@@ -69,7 +69,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     hf, ours = _launch_all(
         ("hf", tmp / "hf", tmp / "hf.json", 2),
-        ("ours", tmp / "ours", tmp / "ours.json", 2, f"save_model={tmp / 'final'}"),
+        ("ours", tmp / "ours", tmp / "ours.json", 2, f"save_model={tmp / 'final'}", "evaluate"),
     )
     return {"hf": hf, "ours": ours, "tmp": tmp}
 
@@ -81,9 +81,14 @@ def test_fsdp2_training_matches_hf(runs):
     # when num_items_in_batch is summed over both processes; grad_norm is the full (DTensor-reduced) norm and
     # clipping (max_grad_norm=0.5, below every norm here) scales by it.
     # HF's eval_loss differs on purpose: its DDP evaluation pads the last round with repeated rows.
-    assert_log_history_equal(hf["log_history"], ours["log_history"], skip_keys=("eval_loss",))
-    assert all(row["grad_norm"] > 0.5 for row in ours["log_history"] if "grad_norm" in row)
+    history, evaluated = ours["log_history"][:-1], ours["log_history"][-1]  # the last row: evaluate() below
+    assert_log_history_equal(hf["log_history"], history, skip_keys=("eval_loss",))
+    assert all(row["grad_norm"] > 0.5 for row in history if "grad_norm" in row)
     _assert_weights_close(_weights(ours), _weights(hf))
+    # evaluate() after training runs on the sharded model (a new Lightning trainer, the same strategy).
+    last_eval = [row for row in history if "eval_loss" in row][-1]
+    assert evaluated["eval_loss"] == ours["eval"]["eval_loss"]
+    assert ours["eval"]["eval_loss"] == pytest.approx(last_eval["eval_loss"], rel=1e-6)
 
 
 def test_fsdp2_checkpoints_match_hf_folders(runs):

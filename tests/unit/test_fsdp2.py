@@ -197,3 +197,26 @@ def test_fsdp2_model_state_writes_and_reads_an_unsharded_runs_folder(tmp_path, o
     for index, values in theirs["state"].items():
         for key, value in values.items():
             assert torch.equal(mine["state"][index][key], value), (index, key)
+
+
+def test_block_backward_sync_keeps_gradients_local_until_the_windows_last_backward(tmp_path, one_process_group):
+    from torch.distributed.fsdp import FSDPModule
+
+    plan = fsdp2_plan(_both(tmp_path, True, None)[1])
+    strategy = HFFSDP2Strategy(plan, world_size=1)
+    model = shard_model(tiny_gpt2(), plan)
+    strategy.model = model
+    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+    def syncing():
+        # torch keeps FSDP2's no_sync flag on each group's param group (public setter, no public getter).
+        return {getattr(m._get_fsdp_state()._fsdp_param_group, "reduce_grads", True) for m in groups}
+
+    batch = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "labels": torch.tensor([[1, 2, 3, 4]])}
+    with strategy.block_backward_sync():
+        assert syncing() == {False}
+        model(**batch).loss.backward()
+    assert syncing() == {True}
+    # The earlier micro-batch's gradients are kept unsharded and local; the last backward reduces them.
+    model(**batch).loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
