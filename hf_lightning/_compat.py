@@ -147,3 +147,19 @@ def disable_distributed_sampler(trainer: pl.Trainer) -> None:
     before the loaders are built. The flag is read from the accelerator connector when each loader is prepared.
     """
     trainer._accelerator_connector.use_distributed_sampler = False
+
+
+def checkpoint_wrapper(module: nn.Module) -> nn.Module:
+    """``module`` wrapped for activation checkpointing as accelerate's FSDP2 preparation wraps a layer.
+
+    torch's ``checkpoint_wrapper`` lives in the private ``torch.distributed.algorithms._checkpoint`` package;
+    accelerate calls it with ``preserve_rng_state=False`` (dropout masks are not replayed from a saved RNG state).
+    """
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper as wrap
+
+    return wrap(module, preserve_rng_state=False)
+
+
+def checkpoint_wrapped_inner(module: nn.Module) -> nn.Module:
+    """The layer inside a :func:`checkpoint_wrapper`, or ``module`` itself when it is not one."""
+    return getattr(module, "_checkpoint_wrapped_module", module)

@@ -52,6 +52,7 @@ from hf_lightning.optim import create_optimizer, create_scheduler, current_learn
 from hf_lightning.lightning_settings import check_fit_settings, derive_fit_settings
 from hf_lightning.preflight import run_preflight
 from hf_lightning.seed import enable_full_determinism, set_seed
+from hf_lightning.sharding import HFFSDP2Strategy
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -280,6 +281,12 @@ class HFLightningModule(pl.LightningModule):
                                        data_collator=getattr(datamodule, "data_collator", None))
             self.flow.control = self.flow.handler.on_init_end(self.args, self.flow.state, self.flow.control)
         return [self.flow]
+
+    def configure_model(self) -> None:
+        # FSDP2 (fsdp_config version 2): Lightning's ModelParallelStrategy leaves the sharding to this hook.
+        strategy = self.trainer.strategy
+        if isinstance(strategy, HFFSDP2Strategy):
+            strategy.shard(unwrap_model(self.model))
 
     def _remove_overflow_detector(self) -> None:
         # Also reached from the next setup: a fit that raised never ran teardown.
@@ -541,7 +548,9 @@ class HFLightningModule(pl.LightningModule):
         # model.parameters() order (not the optimizer's groups) and logs the pre-clip norm.
         max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
             else math.inf
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(self._parameters_in_order(), max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self._parameters_in_order(), max_norm)
+        # FSDP2's gradients are sharded DTensors: the norm of the full gradient is reduced over the shards.
+        self.grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self._emit("on_pre_optimizer_step")
 
     def _parameters_in_order(self) -> list[nn.Parameter]:

@@ -31,6 +31,7 @@ import lightning.pytorch as pl
 
 from hf_lightning import _compat
 from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.model_state import model_state_for
 from hf_lightning.checkpointing.paths import is_hf_checkpoint_dir, validate_checkpoint_dir
 from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
 from hf_lightning.checkpointing.rng import restore_rng_state
@@ -172,7 +173,8 @@ class CheckpointResume:
         path = self.folder
         # Every pickle-based file of the folder is judged (nothing untrusted unpickled) before any is applied.
         verify_checkpoint_files(path)
-        load_optimizer_and_scheduler(*fit_optimizer_and_scheduler(trainer), path)
+        load_optimizer_and_scheduler(*fit_optimizer_and_scheduler(trainer), path, model=module.model,
+                                     model_state=model_state_for(module.model))
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         if scaler is not None:
             load_scaler(scaler, path)

@@ -24,8 +24,11 @@ does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` a
 * PEFT adapters (:class:`PeftModelState`): ``write`` calls the adapter model's ``save_pretrained``
   (``adapter_model.safetensors`` and ``adapter_config.json``), ``load`` reads the adapter weights only into the
   wrapped model;
-* FSDP full state: ``gather`` runs the full-state-dict all-gather (offloaded to CPU, on every process) and returns
-  the dict on the saving process, ``write`` stores it as ``model.safetensors``;
+* FSDP2 full state (:class:`FSDP2ModelState`, chosen for a model sharded by ``fully_shard``): ``gather`` runs the
+  full-state-dict all-gather (offloaded to CPU, on every process) and returns the dict on the saving process,
+  ``write`` stores it as ``model.safetensors``; the optimizer's full state is gathered the same way
+  (``optimizer_state``) into ``optimizer.pt`` in ``Optimizer.state_dict()``'s form, so the folder is the one an
+  unsharded run writes; ``load`` reads the full files on every process into the shards;
 * FSDP sharded state: ``gather`` writes this process's shard under ``pytorch_model_fsdp_0/`` in the folder it is
   given, ``write`` writes what only one process writes (the config), ``load`` reads the shards collectively.
 """
@@ -51,10 +54,14 @@ from hf_lightning.checkpointing.layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load
 
 __all__ = [
+    "FSDP2ModelState",
     "ModelState",
     "PeftModelState",
     "PlainModelState",
     "WeightsLoadResult",
+    "apply_optimizer_state",
+    "gather_optimizer_state",
+    "is_fsdp2_model",
     "is_peft_model",
     "model_state_for",
     "prepare_model_saving",
@@ -111,6 +118,22 @@ class ModelState(Protocol):
         Returns:
             The missing and unexpected keys.
         """
+
+    def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
+        """Run on every process at every save: the optimizer's state for ``optimizer.pt`` (``None``: not here).
+
+        Args:
+            model: The model the optimizer trains, possibly wrapped under ``.module``.
+            optimizer: The optimizer.
+
+        Returns:
+            On the saving process, the dict to store (``Optimizer.state_dict()``'s form).
+        """
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """Run on every process: load ``state`` (read from ``optimizer.pt``) into ``optimizer``."""
+        optimizer.load_state_dict(state)
 
     def check_loadable(self, model: torch.nn.Module) -> None:
         """Before the first step, on every process: raise if what :meth:`write` writes could not be loaded back.
@@ -319,6 +342,14 @@ class PlainModelState(ModelState):
                 metadata={"format": "pt"},
             )
 
+    def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """``optimizer.state_dict()``: every process holds the whole state."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """``optimizer.load_state_dict(state)``."""
+        optimizer.load_state_dict(state)
+
     def check_loadable(self, model: torch.nn.Module) -> None:
         """Refuse, before training, a model whose checkpoints :meth:`load` could not read back.
 
@@ -481,13 +512,176 @@ class PeftModelState(PlainModelState):
         return result
 
 
+# ---- the FSDP2 kind ---------------------------------------------------------------------------------------------
+
+
+def is_fsdp2_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (possibly under ``.module``) was sharded with FSDP2's ``fully_shard``."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without distributed support
+        return False
+    return isinstance(unwrap_model(model), FSDPModule)
+
+
+def _options(**kwargs: Any):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, **kwargs)
+
+
+class FSDP2ModelState(PlainModelState):
+    """An FSDP2 model's state, stored full (``FULL_STATE_DICT``; see the module docstring)."""
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Nothing to warm up (the plain kind's warm-up reads the model's config only)."""
+        super().prepare(model)
+
+    def gather(self, model: torch.nn.Module, folder: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+        """All-gather the full state dict onto the CPU (every process); the saving process (rank 0) gets it."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        unwrapped = unwrap_model(model)
+        state_dict = get_model_state_dict(unwrapped, options=_options(cpu_offload=True))
+        # A tied weight (GPT-2's lm_head shares wte) is stored once, under its first name, as HF stores it.
+        unique = {name for name, _ in unwrapped.named_parameters()}
+        tied = {name for name, _ in unwrapped.named_parameters(remove_duplicate=False)} - unique
+        return unwrapped, {name: tensor for name, tensor in state_dict.items() if name not in tied}
+
+    def write(self, gathered: tuple[torch.nn.Module, dict[str, torch.Tensor]], folder: str) -> None:
+        """``save_pretrained(folder, state_dict=...)`` with the gathered weights (else ``model.safetensors``)."""
+        model, state_dict = gathered
+        save_pretrained = getattr(model, "save_pretrained", None)
+        if callable(save_pretrained):
+            save_pretrained(folder, state_dict=state_dict)
+            return
+        safetensors.torch.save_file(_standalone_tensors(state_dict), os.path.join(folder, SAFE_WEIGHTS_NAME),
+                                    metadata={"format": "pt"})
+
+    def check_loadable(self, model: torch.nn.Module) -> None:
+        """Nothing to refuse: the full weights are written as ``model.safetensors``."""
+
+    def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
+        """Read the full ``model.safetensors`` / ``pytorch_model.bin`` on every process; each keeps its shard.
+
+        Raises:
+            ValueError: ``Can't find a valid checkpoint at {folder}`` when neither file exists (HF's message).
+            RuntimeError: ``strict=True`` and the keys do not match.
+        """
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        unwrapped = unwrap_model(model)
+        safe_file, pickle_file = os.path.join(folder, SAFE_WEIGHTS_NAME), os.path.join(folder, WEIGHTS_NAME)
+        if os.path.isfile(safe_file):
+            state_dict = load_safetensors(safe_file)
+        elif os.path.isfile(pickle_file):
+            state_dict = safe_torch_load(pickle_file)
+            if not isinstance(state_dict, dict):
+                raise CheckpointLoadError(pickle_file, "it does not hold a state dict")
+        else:
+            raise ValueError(f"Can't find a valid checkpoint at {folder}")
+        # The keys of the model's state dict (its sharded form has the same keys and gathers nothing).
+        names = set(get_model_state_dict(unwrapped))
+        # A tied weight (GPT-2's lm_head shares wte) is stored once: give it the tensor it shares.
+        for key in names - set(state_dict):
+            tied = _tied_source(unwrapped, key)
+            if tied in state_dict:
+                state_dict[key] = state_dict[tied]
+        result = WeightsLoadResult(sorted(names - set(state_dict)), sorted(set(state_dict) - names))
+        if strict and (result.missing_keys or result.unexpected_keys):
+            raise RuntimeError(
+                f"Cannot load the weights at {folder} into {type(unwrapped).__name__}: missing keys "
+                f"{result.missing_keys}, unexpected keys {result.unexpected_keys}."
+            )
+        set_model_state_dict(unwrapped, {k: v for k, v in state_dict.items() if k in names},
+                             options=_options(strict=False))
+        return result
+
+    # ---- the optimizer ---------------------------------------------------------------------------------------
+
+    def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
+        """The full optimizer state in ``Optimizer.state_dict()``'s form (every process; rank 0 gets it)."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(unwrap_model(model), optimizer, options=_options(cpu_offload=True))
+        if not full:
+            return None
+        index = {}
+        groups = []
+        for group in full["param_groups"]:
+            ids = []
+            for name in group["params"]:
+                index[name] = len(index)
+                ids.append(index[name])
+            groups.append({**group, "params": ids})
+        return {"state": {index[name]: value for name, value in full["state"].items()}, "param_groups": groups}
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """Load a full ``Optimizer.state_dict()``-form state (every process); each process keeps its shard."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+        unwrapped = unwrap_model(model)
+        # The optimizer's own parameter names, in its order (the same numbering the file uses).
+        current = get_optimizer_state_dict(unwrapped, optimizer, options=_options())
+        names = [name for group in current["param_groups"] for name in group["params"]]
+        saved_groups = state["param_groups"]
+        if len(saved_groups) != len(current["param_groups"]) or \
+                sum(len(g["params"]) for g in saved_groups) != len(names):
+            raise ValueError(
+                "The optimizer state in the checkpoint does not match this optimizer (different parameter groups): "
+                "resume with the same model and optimizer arguments."
+            )
+        position = {}
+        for group in saved_groups:
+            for pid in group["params"]:
+                position[pid] = len(position)
+        by_name = {
+            "state": {names[position[pid]]: value for pid, value in state["state"].items()},
+            "param_groups": [{**group, "params": [names[position[pid]] for pid in group["params"]]}
+                             for group in saved_groups],
+        }
+        set_optimizer_state_dict(unwrapped, optimizer, by_name, options=_options())
+
+
+def _tied_source(model: torch.nn.Module, key: str) -> str | None:
+    """The name under which the parameter ``key`` shares its tensor with another parameter (tied weights)."""
+    try:
+        target = model.get_parameter(key)
+    except AttributeError:
+        return None
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if param is target and name != key:
+            return name
+    return None
+
+
 def model_state_for(model: torch.nn.Module) -> ModelState:
-    """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, else the plain kind.
+    """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, ``FSDP2ModelState`` for a
+    model sharded by FSDP2 (:class:`FSDP2ModelState`), else the plain kind.
 
     Args:
         model: The model, possibly wrapped under ``.module``.
     """
+    if is_fsdp2_model(model):
+        return FSDP2ModelState()
     return PeftModelState() if is_peft_model(model) else PlainModelState()
+
+
+def gather_optimizer_state(model_state: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+    """``model_state.optimizer_state(model, optimizer)``, or ``optimizer.state_dict()`` for a kind without it
+    (a ``ModelState`` written before the optimizer steps existed). Every process calls it at every save."""
+    method = getattr(model_state, "optimizer_state", None)
+    return optimizer.state_dict() if method is None else method(model, optimizer)
+
+
+def apply_optimizer_state(model_state: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                          state: dict) -> None:
+    """``model_state.load_optimizer_state(...)``, or ``optimizer.load_state_dict(state)`` for a kind without it."""
+    method = getattr(model_state, "load_optimizer_state", None)
+    if method is None:
+        optimizer.load_state_dict(state)
+    else:
+        method(model, optimizer, state)
 
 
 def prepare_model_saving(model: torch.nn.Module, model_state: ModelState | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.checkpointing.layout import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
-from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, model_state_for
+from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, apply_optimizer_state, model_state_for
 from hf_lightning.checkpointing.safe_load import safe_torch_load
 
 __all__ = ["load_model_weights", "load_optimizer_and_scheduler", "load_scaler"]
@@ -58,7 +58,8 @@ def load_model_weights(
     return (model_state or model_state_for(model)).load(model, os.fspath(checkpoint_dir), strict)
 
 
-def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir: str | os.PathLike) -> bool:
+def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir: str | os.PathLike, *,
+                                 model: torch.nn.Module | None = None, model_state: ModelState | None = None) -> bool:
     """Restore optimizer and scheduler states from ``optimizer.pt`` and ``scheduler.pt``, as HF does on resume.
 
     Both files must exist, else neither is loaded (a ``save_only_model`` checkpoint has none). Both are read
@@ -68,6 +69,9 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir:
         optimizer: A ``torch.optim.Optimizer`` (state is moved to its parameters' devices on load).
         scheduler: An LR scheduler with ``load_state_dict``.
         checkpoint_dir: A checkpoint folder.
+        model: The model the optimizer trains; with ``model_state``, the optimizer state is loaded through it
+            (a sharded optimizer keeps its shard of the full state).
+        model_state: How the model's state is saved (:func:`model_state_for`); ``None``: ``load_state_dict``.
 
     Returns:
         True when both states were loaded, False when a file is missing.
@@ -84,7 +88,10 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir:
         return False
     optimizer_state = safe_torch_load(optimizer_file)
     scheduler_state = safe_torch_load(scheduler_file)
-    optimizer.load_state_dict(optimizer_state)
+    if model_state is not None and model is not None:
+        apply_optimizer_state(model_state, model, optimizer, optimizer_state)
+    else:
+        optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)
     return True
 

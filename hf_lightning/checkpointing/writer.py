@@ -44,7 +44,7 @@ from hf_lightning.checkpointing.layout import (
     checkpoint_step,
     rng_file_name,
 )
-from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, model_state_for
+from hf_lightning.checkpointing.model_state import ModelState, PlainModelState, gather_optimizer_state, model_state_for
 from hf_lightning.checkpointing.rng import capture_rng_state
 from hf_lightning.checkpointing.safe_load import mask_tokens
 from hf_lightning.checkpointing.space import checkpoint_space_report
@@ -250,8 +250,10 @@ def _write_contents(folder: str, run_dir: str, contents: CheckpointContents) -> 
             c.state.best_model_checkpoint = best_dir
 
     if not c.save_only_model:
+        # Every process takes part (a sharded optimizer gathers its state here).
+        optimizer_state = gather_optimizer_state(c.model_state, c.model, c.optimizer)
         if c.should_save:
-            torch.save(c.optimizer.state_dict(), os.path.join(folder, OPTIMIZER_NAME))
+            torch.save(optimizer_state, os.path.join(folder, OPTIMIZER_NAME))
             torch.save(c.scheduler.state_dict(), os.path.join(folder, SCHEDULER_NAME))
             if c.scaler is not None:
                 torch.save(c.scaler.state_dict(), os.path.join(folder, SCALER_NAME))

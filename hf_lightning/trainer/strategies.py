@@ -7,8 +7,11 @@ be checked without building processes.
 
 - ``deepspeed`` (a config dict or JSON path) → ``DeepSpeedStrategy(config=...)`` (needs the ``deepspeed``
   package and CUDA);
-- ``fsdp`` + ``fsdp_config`` → ``FSDPStrategy`` (sharding, auto-wrap policy, CPU offload, activation
-  checkpointing, state-dict type; needs CUDA);
+- ``fsdp`` + ``fsdp_config`` with ``version: 2`` (transformers 5.x's default) → ``HFFSDP2Strategy``, Lightning's
+  ``ModelParallelStrategy`` sharding the model with FSDP2's ``fully_shard`` (``hf_lightning/sharding.py``; CPU/gloo
+  or GPUs);
+- ``fsdp`` + ``fsdp_config`` with ``version: 1`` → ``FSDPStrategy`` (sharding, auto-wrap policy, CPU offload,
+  activation checkpointing, state-dict type; needs CUDA);
 - more than one process → ``DDPStrategy`` with HF's ``ddp_*`` options;
 - one process → Lightning's ``"auto"``.
 """
@@ -45,7 +48,7 @@ def process_layout() -> tuple[int, int]:
     return local, world // local
 
 
-def _ddp(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _ddp(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tuple[type, dict[str, Any]]:
     from lightning.pytorch.strategies import DDPStrategy
 
     kwargs: dict[str, Any] = {
@@ -71,10 +74,28 @@ def _name_policy(names: tuple[str, ...]):
     return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: type(module).__name__ in names)
 
 
-def _fsdp(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _fsdp(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tuple[type, dict[str, Any]]:
+    version = str((args.fsdp_config or {}).get("version", 2))
+    if version not in ("1", "2"):
+        raise ValueError(f"fsdp_config['version']={version}: FSDP versions are 1 and 2 (2 is the default).")
+    if version == "2":
+        from hf_lightning.sharding import HFFSDP2Strategy, fsdp2_plan
+
+        plan = fsdp2_plan(args)
+        if plan.cpu_offload and on_cpu:
+            raise ValueError(
+                "fsdp_config['cpu_offload'] (or fsdp='... offload') offloads to the CPU from GPUs; this run is on the "
+                "CPU already, where torch's FSDP2 offload cannot run. Drop the offload option or run on GPUs."
+            )
+        kwargs = {"plan": plan, "world_size": world_size,
+                  "timeout": timedelta(seconds=int(args.ddp_timeout))}
+        if args.ddp_backend:
+            kwargs["process_group_backend"] = args.ddp_backend
+        return HFFSDP2Strategy, kwargs
     if on_cpu:
         raise ValueError(
-            "fsdp needs CUDA GPUs (Lightning's FSDPStrategy); this run is on the CPU. Drop `fsdp` or run on GPUs."
+            "fsdp_config['version']=1 needs CUDA GPUs (Lightning's FSDPStrategy); this run is on the CPU. Use FSDP2 "
+            "(fsdp_config['version']=2, the default), which runs on the CPU too, or run on GPUs."
         )
     from lightning.pytorch.strategies import FSDPStrategy
 
@@ -109,7 +130,7 @@ def _fsdp(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
     return FSDPStrategy, kwargs
 
 
-def _deepspeed(args: TrainingArguments, on_cpu: bool) -> tuple[type, dict[str, Any]]:
+def _deepspeed(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tuple[type, dict[str, Any]]:
     config = args.deepspeed
     if isinstance(config, (str, os.PathLike)):
         if not os.path.isfile(config):
@@ -147,12 +168,12 @@ def resolve_strategy(args: TrainingArguments, world_size: int, on_cpu: bool) -> 
     """``(strategy class, kwargs)`` for ``args`` on ``world_size`` processes, or ``None`` for one plain process.
 
     Raises:
-        ValueError: a combination that cannot run here (FSDP/DeepSpeed on the CPU, DeepSpeed not installed, ...).
+        ValueError: a combination that cannot run here (FSDP1/DeepSpeed on the CPU, DeepSpeed not installed, ...).
     """
     name = strategy_name(args, world_size)
     if name is None:
         return None
-    return STRATEGY_REGISTRY[name](args, on_cpu)
+    return STRATEGY_REGISTRY[name](args, on_cpu, world_size)
 
 
 def cpu_run(args: TrainingArguments) -> bool:

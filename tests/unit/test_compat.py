@@ -178,3 +178,16 @@ def test_disable_distributed_sampler_stops_lightning_from_swapping_the_sampler()
     assert trainer._data_connector._requires_distributed_sampler(loader)
     _compat.disable_distributed_sampler(trainer)
     assert not trainer._data_connector._requires_distributed_sampler(loader)
+
+
+def test_checkpoint_wrapper_recomputes_the_layer_and_exposes_it():
+    layer = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+    wrapped = _compat.checkpoint_wrapper(layer)
+    assert wrapped is not layer and _compat.checkpoint_wrapped_inner(wrapped) is layer
+    assert _compat.checkpoint_wrapped_inner(layer) is layer
+    calls = []
+    layer[0].register_forward_hook(lambda *a: calls.append(1))
+    x = torch.randn(2, 3, requires_grad=True)
+    wrapped(x).sum().backward()
+    assert len(calls) == 2  # the forward, then its recomputation in the backward
+    assert x.grad is not None

@@ -44,7 +44,8 @@ def test_fsdp_config_maps_to_fsdp_strategy(tmp_path):
     from lightning.pytorch.strategies import FSDPStrategy
 
     args = _args(tmp_path, fsdp="shard_grad_op offload",
-                 fsdp_config={"transformer_layer_cls_to_wrap": ["GPT2Block"], "activation_checkpointing": True,
+                 fsdp_config={"version": 1, "transformer_layer_cls_to_wrap": ["GPT2Block"],
+                              "activation_checkpointing": True,
                               "state_dict_type": "SHARDED_STATE_DICT"})
     cls, kwargs = resolve_strategy(args, world_size=2, on_cpu=False)
     assert cls is FSDPStrategy
@@ -62,11 +63,12 @@ def test_fsdp_config_maps_to_fsdp_strategy(tmp_path):
     assert strategy.sharding_strategy.name == "SHARD_GRAD_OP"
 
 
-def test_fsdp_and_deepspeed_on_cpu_are_refused_clearly(tmp_path):
-    with pytest.raises(ValueError, match="fsdp needs CUDA"):
-        resolve_strategy(_args(tmp_path, fsdp=True), world_size=2, on_cpu=True)
-    with pytest.raises(ValueError, match="fsdp needs CUDA"):
-        hf_lightning.build_lightning_trainer(_args(tmp_path, fsdp=True))
+def test_fsdp1_and_deepspeed_on_cpu_are_refused_clearly(tmp_path):
+    fsdp1 = {"version": 1}
+    with pytest.raises(ValueError, match=r"version'\]=1 needs CUDA"):
+        resolve_strategy(_args(tmp_path, fsdp=True, fsdp_config=fsdp1), world_size=2, on_cpu=True)
+    with pytest.raises(ValueError, match=r"version'\]=1 needs CUDA"):
+        hf_lightning.build_lightning_trainer(_args(tmp_path, fsdp=True, fsdp_config=fsdp1))
     with pytest.raises(ValueError, match="deepspeed"):
         hf_lightning.build_lightning_trainer(_args(tmp_path, deepspeed={"zero_optimization": {"stage": 2}}))
 
