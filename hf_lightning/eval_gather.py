@@ -73,6 +73,7 @@ class ShardGather:
         rank: this process's rank.
         world_size: the number of processes.
         own_steps: how many batches this process evaluates in this pass.
+        device: where the exchanged tensors go (the device the process group communicates from: the model's).
 
     Attributes:
         steps_per_rank: every process's number of batches (known after the first exchange).
@@ -80,14 +81,15 @@ class ShardGather:
     """
 
     def __init__(self, all_gather: Callable[[torch.Tensor], torch.Tensor], rank: int, world_size: int,
-                 own_steps: int) -> None:
+                 own_steps: int, device: torch.device | str = "cpu") -> None:
         self.all_gather = all_gather
+        self.device = torch.device(device)
         self.rank = rank
         self.world_size = world_size
         self.own_steps = own_steps
         self.steps_per_rank: list[int] | None = None
         self.step = 0
-        self._template: tuple[Any, list[torch.Tensor]] | None = None
+        self._template: tuple[Any, list[torch.Tensor]] | None = None  # (structure, empty leaves)
 
     @property
     def total_steps(self) -> int:
@@ -114,15 +116,14 @@ class ShardGather:
         if value is not None:
             leaves: list[torch.Tensor] = []
             spec = _flatten(value, leaves)
-            self._template = (spec, leaves)
+            # What a process past its last batch sends: no rows, the same structure, dims and dtypes.
+            self._template = (spec, [t.new_empty((0,) + tuple(t.shape[1:])) for t in leaves])
         elif self._template is not None:
-            spec, like = self._template
-            leaves = [t.new_empty((0,) + tuple(t.shape[1:])) for t in like]
+            spec, leaves = self._template
         else:  # pragma: no cover - every process evaluates at least one batch before it has nothing left
             raise RuntimeError("A sharded evaluation process ran out of batches before its first one.")
-        device = leaves[0].device if leaves else torch.device("cpu")
         dims = [d for t in leaves for d in (t.dim(), *t.shape)]
-        meta = torch.tensor([self.own_steps, batch_size, *dims], dtype=torch.long, device=device)
+        meta = torch.tensor([self.own_steps, batch_size, *dims], dtype=torch.long, device=self.device)
         metas = self.all_gather(meta).cpu().tolist()
         if self.steps_per_rank is None:
             self.steps_per_rank = [int(m[0]) for m in metas]
@@ -130,10 +131,10 @@ class ShardGather:
         gathered: list[list[torch.Tensor]] = [[] for _ in range(self.world_size)]
         for i, leaf in enumerate(leaves):
             biggest = [max(s[i][d] for s in shapes) for d in range(leaf.dim())]
-            padded = leaf
+            padded = leaf.to(self.device)
             if list(leaf.shape) != biggest:
-                padded = leaf.new_zeros(biggest)
-                padded[tuple(slice(0, n) for n in leaf.shape)] = leaf
+                padded = leaf.new_zeros(biggest, device=self.device)
+                padded[tuple(slice(0, n) for n in leaf.shape)] = leaf.to(self.device)
             is_bool = padded.dtype == torch.bool
             stacked = self.all_gather(padded.to(torch.uint8) if is_bool else padded.contiguous())
             for rank in range(self.world_size):

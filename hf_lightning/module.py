@@ -627,7 +627,7 @@ class HFLightningModule(pl.LightningModule):
         counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
         # Lightning's own count: a limit_*_batches shortens every process's pass, and the exchange follows it.
         gather = ShardGather(all_gather_world, trainer.global_rank, trainer.world_size,
-                             int(counts[dataloader_idx]))
+                             int(counts[dataloader_idx]), device=trainer.strategy.root_device)
         return gather, [shard.batch_ids(rank) for rank in range(shard.num_processes)]
 
     def _finish_eval_dataloader(self, dataloader_idx: int) -> None:
