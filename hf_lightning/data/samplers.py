@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any
 
@@ -335,7 +336,7 @@ class EvalShardBatchSampler:
         if not bounds:
             return
         first, last = bounds[0][0], bounds[-1][1]
-        # Only this process's run of the sequence is kept.
-        mine = [index for position, index in enumerate(self.sampler) if first <= position < last]
+        # Only this process's run of the sequence is kept (the sampler is read up to its end, no further).
+        mine = list(itertools.islice(iter(self.sampler), first, last))
         for start, stop in bounds:
             yield mine[start - first: stop - first]
