@@ -10,7 +10,8 @@ Tensors of different sizes (a shorter last batch, other sequence lengths) are ex
 padded to the largest for the collective and trimmed back after it; the accumulator then pads sequences with
 ``-100`` as one process would. Processes can run different numbers of batches (their shares differ by up to one
 example): a process past its last batch joins the remaining exchanges with nothing, so every collective is
-matched. Pure torch: the collective is passed in (a tensor in, every process's tensor stacked out;
+matched. Under a strategy whose forward is itself a collective (FSDP gathers the parameters), that process also
+runs a forward it discards before each of those exchanges. Pure torch: the collective is passed in (a tensor in, every process's tensor stacked out;
 :func:`all_gather_world` over the default process group, which every data-parallel strategy sets up).
 """
 
@@ -100,8 +101,15 @@ class ShardGather:
         """Whether the last exchange of the pass has happened (on every process alike)."""
         return self.steps_per_rank is not None and self.step >= self.total_steps
 
-    def gather(self, value: Any, batch_size: int) -> Iterator[tuple[list[Any], list[int]]]:
+    def gather(self, value: Any, batch_size: int,
+               before_empty_step: Callable[[], None] | None = None) -> Iterator[tuple[list[Any], list[int]]]:
         """Exchange this process's ``value`` (a batch's nested tensors, ``None`` entries allowed).
+
+        Args:
+            value: this batch's results.
+            batch_size: its number of examples.
+            before_empty_step: called before each exchange this process joins with nothing, to do the collectives
+                the others do in their step (a forward under a strategy that shards the parameters).
 
         Yields:
             ``(values, batch_sizes)`` per completed exchange: every process's value in rank order (``None`` for
@@ -110,6 +118,8 @@ class ShardGather:
         yield self._exchange(value, batch_size)
         if self.step >= self.own_steps:
             while self.step < self.total_steps:
+                if before_empty_step is not None:
+                    before_empty_step()
                 yield self._exchange(None, 0)
 
     def _exchange(self, value: Any, batch_size: int) -> tuple[list[Any], list[int]]:

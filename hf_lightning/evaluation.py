@@ -331,12 +331,13 @@ class EvalAccumulator:
 
     def add(self, loss: torch.Tensor | None, logits: Any, labels: Any, batch_size: int,
             inputs_for_metrics: Any = None, raw_inputs: Any = None, is_last: bool = False,
-            loss_repeats: int | None = None) -> None:
+            loss_repeats: int | None = None, before_empty_step: Callable[[], None] | None = None) -> None:
         """Record one ``prediction_step`` result (``batch_size`` = samples in this batch; the loss is repeated
         ``loss_repeats`` times, by default once per sample).
 
         When sharded, every process's result for this step is gathered first (and, after this process's last
-        batch, those of the steps the others still run), so each process keeps the whole set.
+        batch, those of the steps the others still run, each preceded by ``before_empty_step``), so each process
+        keeps the whole set.
         """
         losses = None
         if loss is not None:
@@ -364,7 +365,7 @@ class EvalAccumulator:
             self._record([result], [batch_size], is_last)
             return
         self._loss_repeats = loss_repeats
-        for values, sizes in self.gather.gather(result.as_dict(), batch_size):
+        for values, sizes in self.gather.gather(result.as_dict(), batch_size, before_empty_step):
             results: list[_StepResult | None] = []
             for rank, (value, size) in enumerate(zip(values, sizes)):
                 result = None if value is None else _StepResult(**value)

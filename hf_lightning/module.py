@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import ParallelStrategy
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ParallelStrategy
 from torch import nn
 
 from hf_lightning import _compat
@@ -601,7 +601,7 @@ class HFLightningModule(pl.LightningModule):
         self._emit("on_prediction_step")
         loss_repeats = self.args.eval_batch_size if request.full_batch_loss_weight else None
         acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
-                is_last=is_last, loss_repeats=loss_repeats)
+                is_last=is_last, loss_repeats=loss_repeats, before_empty_step=self._lockstep_forward(batch))
         if is_last:
             self._finish_eval_dataloader(dataloader_idx)
 
@@ -629,6 +629,21 @@ class HFLightningModule(pl.LightningModule):
         gather = ShardGather(all_gather_world, trainer.global_rank, trainer.world_size,
                              int(counts[dataloader_idx]), device=trainer.strategy.root_device)
         return gather, [shard.batch_ids(rank) for rank in range(shard.num_processes)]
+
+    def _lockstep_forward(self, batch: Mapping) -> Callable[[], None] | None:
+        """What a process with no eval batch left runs while the others evaluate one: nothing under DDP (its
+        forward needs no other process), a forward it discards under a strategy that shards the parameters (FSDP,
+        DeepSpeed ZeRO-3: each forward gathers them from every process)."""
+        strategy = self.trainer.strategy
+        if self.trainer.world_size < 2 or (isinstance(strategy, DDPStrategy)
+                                           and not isinstance(strategy, DeepSpeedStrategy)):
+            return None
+
+        def forward() -> None:
+            with torch.no_grad():
+                self.model(**self.hooks._prepare_inputs(dict(batch)))
+
+        return forward
 
     def _finish_eval_dataloader(self, dataloader_idx: int) -> None:
         if self.eval_dataloader_end is not None and dataloader_idx in self.eval_accumulators:

@@ -53,16 +53,18 @@ def run(out):
 
     train = DictDataset([{k: v.tolist() for k, v in row.items()} for row in lm_data(n_train=16, n_eval=0)[0].rows])
     # 11 variable-length rows: the two shares (6 and 5) fall on batch boundaries of 3, so every batch is a
-    # one-process batch. 9 fixed-length rows: shares of 5 and 4, so the batch [3, 4, 5] is split between processes.
+    # one-process batch. 10 fixed-length rows: shares [0-2] [3 4] and [5] [6-8] [9], so the batch [3, 4, 5] is split
+    # between the processes and process 0 runs one batch fewer.
     var = RecordingDataset(padded_lm_data(n=11).rows, "var")
-    fixed_rows = [{k: v.tolist() for k, v in row.items()} for row in lm_data(n_train=0, n_eval=9, seed=7)[1].rows]
+    fixed_rows = [{k: v.tolist() for k, v in row.items()} for row in lm_data(n_train=0, n_eval=10, seed=7)[1].rows]
     fixed = RecordingDataset(fixed_rows, "fixed")
     results, calls = {}, []
 
     def compute_metrics(pred):
         calls.append(numpy_tree({"predictions": pred.predictions, "label_ids": pred.label_ids,
                                  "inputs": pred.inputs, "losses": pred.losses}))
-        return {"mean_logit": float(np.mean(pred.predictions)), "rows": int(len(pred.label_ids))}
+        batches = pred.predictions if isinstance(pred.predictions, list) else [pred.predictions]
+        return {"mean_logit": float(np.mean([batch.mean() for batch in batches])), "rows": int(len(pred.label_ids))}
 
     class Tokens(torchmetrics.Metric):
         # A sum: double-counted examples would show.

@@ -170,3 +170,25 @@ def test_batchwise_compute_metrics_sees_every_example_once():
         assert metrics["eval_rows"] == n and metrics["eval_label_sum"] == expected_labels
         # Each part of the split batch carries its own mean loss per sample: the sum over samples is the same.
         assert metrics["eval_loss_sum"] == pytest.approx(sum(i * 0.1 + 1 for i in range(n)), rel=1e-6)
+
+
+def test_a_finished_rank_runs_the_lockstep_step_before_each_empty_exchange():
+    # Under a strategy whose forward is a collective, the rank with fewer batches must run one forward per step the
+    # others still evaluate, before joining their exchange.
+    own = {0: 1, 1: 3}
+    calls = {0: 0, 1: 0}
+
+    def body(rank, all_gather):
+        gather = ShardGather(all_gather, rank, 2, own_steps=own[rank])
+
+        def forward():
+            calls[rank] += 1
+
+        steps = []
+        for _ in range(own[rank]):
+            steps.extend(gather.gather({"x": torch.ones(2)}, 2, before_empty_step=forward))
+        return [sizes for _, sizes in steps]
+
+    results = run_ranks(2, body)
+    assert calls == {0: 2, 1: 0}
+    assert results[0] == results[1] == [[2, 2], [0, 2], [0, 2]]
