@@ -7,20 +7,25 @@ dim 1, ``compute_metrics`` receives numpy arrays in an ``EvalPrediction``, and e
 
 Beyond HF, streaming ``torchmetrics`` metrics are updated per batch on the model's device and computed once at
 the end (torchmetrics syncs them across processes); without ``compute_metrics`` nothing else is kept, so
-evaluation memory does not grow with the eval set.
+evaluation memory does not grow with the eval set. Under several processes each one evaluates its own share of the
+set and the results are exchanged batch by batch (:mod:`hf_lightning.eval_gather`), so every process ends with the
+one-process results in dataset order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torchmetrics import Metric, MetricCollection
 
 from hf_lightning.outputs import EvalPrediction, denumpify_detensorize, speed_metrics
+
+if TYPE_CHECKING:
+    from hf_lightning.eval_gather import ShardGather
 
 PAD_INDEX = -100
 
@@ -240,6 +245,40 @@ def _np_nested_concat(a: Any, b: Any) -> Any:
     return out
 
 
+class _StepResult:
+    """What one evaluation step keeps of one process's batch (``None`` for what is not kept)."""
+
+    __slots__ = ("losses", "preds", "labels", "inputs", "raw_inputs")
+
+    def __init__(self, losses: Any = None, preds: Any = None, labels: Any = None, inputs: Any = None,
+                 raw_inputs: Any = None) -> None:
+        self.losses, self.preds, self.labels, self.inputs = losses, preds, labels, inputs
+        self.raw_inputs = raw_inputs
+
+    def as_dict(self) -> dict[str, Any]:
+        """The tensors to exchange between processes (of the raw batch, its tensors only)."""
+        raw = self.raw_inputs
+        if isinstance(raw, Mapping):
+            raw = {k: v for k, v in raw.items() if isinstance(v, torch.Tensor)}
+        return {"losses": self.losses, "preds": self.preds, "labels": self.labels, "inputs": self.inputs,
+                "raw_inputs": raw}
+
+
+class _Parts:
+    """The containers of one process's results (or of the only process)."""
+
+    def __init__(self, do_concat: bool) -> None:
+        self.do_concat = do_concat
+        self.losses = _Container(do_concat)
+        self.preds = _Container(do_concat)
+        self.labels = _Container(do_concat)
+        self.inputs = _Container(do_concat)
+
+    def to_numpy(self) -> None:
+        for container in (self.losses, self.preds, self.labels, self.inputs):
+            container.to_numpy()
+
+
 class EvalAccumulator:
     """Everything one evaluation pass over one dataset gathers.
 
@@ -251,11 +290,18 @@ class EvalAccumulator:
         keep_predictions: keep logits/labels even when no ``compute_metrics`` needs them (``predict()`` does).
         metrics: streaming ``torchmetrics`` metrics owned by this pass (see :func:`as_metric_collection`; updated
             in place, so pass a fresh clone).
+        gather: when each process evaluates its own share of the set, the exchange that brings every process's
+            results to all of them after each batch (see :mod:`hf_lightning.eval_gather`); ``None`` keeps this
+            process's results only.
+        batch_ids: with ``gather``, the one-process batch each process's batches belong to (from
+            :meth:`~hf_lightning.data.samplers.EvalShardBatchSampler.batch_ids`); with
+            ``eval_do_concat_batches=False`` the parts of a batch split between two processes are joined again.
     """
 
     def __init__(self, args, compute_metrics: Callable | None = None,
                  preprocess_logits_for_metrics: Callable | None = None, keep_predictions: bool = False,
-                 metrics: Metric | MetricCollection | Mapping[str, Metric] | None = None) -> None:
+                 metrics: Metric | MetricCollection | Mapping[str, Metric] | None = None,
+                 gather: ShardGather | None = None, batch_ids: Sequence[Sequence[int]] | None = None) -> None:
         concat = getattr(args, "eval_do_concat_batches", True)
         self.args = args
         self.compute_metrics = compute_metrics
@@ -266,52 +312,149 @@ class EvalAccumulator:
         self.keep_predictions = keep_predictions or (compute_metrics is not None and not self.batch_eval_metrics)
         self.metrics = as_metric_collection(metrics)
         self.metric_updates = 0
-        self.losses = _Container(concat)
-        self.preds = _Container(concat)
-        self.labels = _Container(concat)
-        self.inputs = _Container(concat)
+        self.gather = gather
+        self.batch_ids = batch_ids
+        # One set of containers per process whose results are kept: this one, or every one when sharded.
+        self.parts = [_Parts(concat) for _ in range(gather.world_size if gather is not None else 1)]
+        # Sharded: each batch's loss and size per process (a batch split between two processes has two parts).
+        self._batch_losses: dict[int, list[tuple[torch.Tensor, int]]] = {}
+        self._loss_repeats: int | None = None
         self.batch_metrics: dict | None = None
         self.observed = 0
         self.steps = 0
 
+    # This process's containers (the first process's when sharded).
+    losses = property(lambda self: self.parts[0].losses)
+    preds = property(lambda self: self.parts[0].preds)
+    labels = property(lambda self: self.parts[0].labels)
+    inputs = property(lambda self: self.parts[0].inputs)
+
     def add(self, loss: torch.Tensor | None, logits: Any, labels: Any, batch_size: int,
             inputs_for_metrics: Any = None, raw_inputs: Any = None, is_last: bool = False,
-            loss_repeats: int | None = None) -> None:
+            loss_repeats: int | None = None, before_empty_step: Callable[[], None] | None = None) -> None:
         """Record one ``prediction_step`` result (``batch_size`` = samples in this batch; the loss is repeated
-        ``loss_repeats`` times, by default once per sample)."""
-        self.observed += batch_size
-        self.steps += 1
+        ``loss_repeats`` times, by default once per sample).
+
+        When sharded, every process's result for this step is gathered first (and, after this process's last
+        batch, those of the steps the others still run, each preceded by ``before_empty_step``), so each process
+        keeps the whole set.
+        """
         losses = None
         if loss is not None:
-            # HF repeats the batch loss once per sample, which makes eval_loss the sample-weighted mean.
-            losses = loss.detach().reshape(1).repeat(loss_repeats or batch_size)
-            self.losses.add(losses)
+            losses = loss.detach().reshape(1)
+            if self.gather is None:
+                # HF repeats the batch loss once per sample, which makes eval_loss the sample-weighted mean.
+                losses = losses.repeat(loss_repeats or batch_size)
         if logits is not None and self.preprocess_logits_for_metrics is not None:
             logits = self.preprocess_logits_for_metrics(logits, labels)
-        if self.keep_predictions:
-            self.inputs.add(inputs_for_metrics)
-            self.preds.add(logits)
-            self.labels.add(labels)
         if self.metrics is not None and logits is not None and labels is not None:
+            # Each process updates with its own examples; torchmetrics syncs the states when computing.
             preds, target = streaming_update_args(logits, labels, self.preprocess_logits_for_metrics is not None)
             self.metrics.update(preds, target)
             self.metric_updates += 1
         include = getattr(self.args, "include_for_metrics", []) or []
+        wants_batch = self.batch_eval_metrics and self.compute_metrics is not None
+        result = _StepResult(
+            losses=losses,
+            preds=logits if self.keep_predictions or wants_batch else None,
+            labels=labels if self.keep_predictions or wants_batch else None,
+            inputs=inputs_for_metrics if self.keep_predictions else None,
+            raw_inputs=raw_inputs if wants_batch and "inputs" in include else None,
+        )
+        if self.gather is None:
+            self._record([result], [batch_size], is_last)
+            return
+        self._loss_repeats = loss_repeats
+        for values, sizes in self.gather.gather(result.as_dict(), batch_size, before_empty_step):
+            results: list[_StepResult | None] = []
+            for rank, (value, size) in enumerate(zip(values, sizes)):
+                result = None if value is None else _StepResult(**value)
+                if result is not None and result.losses is not None:
+                    # Kept per batch (see _sharded_losses); repeated here for a batch-wise compute_metrics only.
+                    batch_id = self.batch_ids[rank][self.steps]
+                    self._batch_losses.setdefault(batch_id, []).append((result.losses.cpu(), size))
+                    result.losses = result.losses.repeat(loss_repeats or size)
+                results.append(result)
+            self._record(results, sizes, self.gather.done)
+
+    def _record(self, results: list[_StepResult | None], sizes: list[int], is_last: bool) -> None:
+        """Keep one step's results (one per process, rank order; ``None`` where a process had no batch)."""
+        self.observed += sum(sizes)
+        self.steps += 1
+        for part, result in zip(self.parts, results):
+            if result is None:
+                continue
+            if self.gather is None:
+                part.losses.add(result.losses)
+            if self.keep_predictions:
+                part.inputs.add(result.inputs)
+                part.preds.add(result.preds)
+                part.labels.add(result.labels)
+        include = getattr(self.args, "include_for_metrics", []) or []
+        present = [r for r in results if r is not None]
         if self.batch_eval_metrics and self.compute_metrics is not None \
-                and logits is not None and labels is not None:
+                and present and present[0].preds is not None and present[0].labels is not None:
+            def joined(name: str) -> Any:
+                values = [getattr(r, name) for r in present]
+                return None if values[0] is None else nested_concat_all(values)
+
             self.batch_metrics = self.compute_metrics(
                 EvalPrediction(
-                    predictions=logits,
-                    label_ids=labels,
-                    losses=losses if "loss" in include else None,
-                    inputs=raw_inputs if "inputs" in include else None,
+                    predictions=joined("preds"),
+                    label_ids=joined("labels"),
+                    losses=joined("losses") if "loss" in include else None,
+                    inputs=(present[0].raw_inputs if len(present) == 1 else joined("raw_inputs"))
+                    if "inputs" in include else None,
                 ),
                 compute_result=is_last,
             )
         steps = getattr(self.args, "eval_accumulation_steps", None)
         if steps is not None and not self.batch_eval_metrics and self.steps % steps == 0:
-            for c in (self.losses, self.preds, self.labels, self.inputs):
-                c.to_numpy()
+            for part in self.parts:
+                part.to_numpy()
+
+    def _joined(self, name: str) -> Any:
+        """One kind of result over the whole set, in dataset order (the processes' shares one after another)."""
+        arrays = [getattr(part, name).get() for part in self.parts]
+        if len(arrays) == 1:
+            return arrays[0]
+        arrays = [a for a in arrays if a is not None]
+        if not arrays:
+            return None
+        if self.parts[0].do_concat:
+            joined = arrays[0]
+            for more in arrays[1:]:
+                joined = _np_nested_concat(joined, more)
+            return joined
+        # Lists of batches: a one-process batch split between two processes is put back together.
+        ids = [i for rank, steps in enumerate(self.gather.steps_per_rank) for i in list(self.batch_ids[rank])[:steps]]
+        batches = [batch for array in arrays for batch in array]
+        merged: list = []
+        for index, batch in enumerate(batches):
+            if merged and index < len(ids) and ids[index] == ids[index - 1]:
+                merged[-1] = _np_nested_concat(merged[-1], batch)
+            else:
+                merged.append(batch)
+        return merged
+
+    def _sharded_losses(self) -> Any:
+        """The losses over the whole set as one process keeps them: each batch's loss repeated per sample.
+
+        A batch split between two processes is evaluated in two parts; its loss is their sample-weighted mean (the
+        one-process loss when the loss is a mean over samples of equal weight, e.g. equal token counts), repeated
+        for the whole batch. ``eval_loss`` is the same either way.
+        """
+        if not self._batch_losses:
+            return None
+        batches = []
+        for batch_id in sorted(self._batch_losses):
+            parts = self._batch_losses[batch_id]
+            loss, size = parts[0]
+            if len(parts) > 1:
+                size = sum(n for _, n in parts)
+                loss = (sum(value.double() * n for value, n in parts) / size).to(loss.dtype)
+            batches.append(nested_numpify(loss.repeat(self._loss_repeats or size)))
+        return np.concatenate(batches) if self.parts[0].do_concat else batches
 
     def finalize(self, metric_key_prefix: str = "eval", num_samples: int | None = None, compute: bool = True,
                  model_preparation_time: float | None = None) -> tuple[Any, Any, dict[str, Any], int]:
@@ -320,10 +463,10 @@ class EvalAccumulator:
         Metric keys come in HF's order: ``compute_metrics``' keys (then the streaming metrics') are renamed with the
         prefix and moved after ``{prefix}_loss`` and ``{prefix}_model_preparation_time``.
         """
-        all_losses = self.losses.get()
-        all_preds = self.preds.get()
-        all_labels = self.labels.get()
-        all_inputs = self.inputs.get()
+        all_losses = self._joined("losses") if self.gather is None else self._sharded_losses()
+        all_preds = self._joined("preds")
+        all_labels = self._joined("labels")
+        all_inputs = self._joined("inputs")
         if not num_samples:
             num_samples = self.observed
         include = getattr(self.args, "include_for_metrics", []) or []

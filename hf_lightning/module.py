@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import ParallelStrategy
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ParallelStrategy
 from torch import nn
 
 from hf_lightning import _compat
@@ -32,8 +32,10 @@ from hf_lightning.args.plan import TrainingPlan, resolve_plan
 from hf_lightning.callbacks.training_flow import HFFlowCallback
 from hf_lightning.data.columns import can_return_loss, find_labels, model_accepts_loss_kwargs
 from hf_lightning.data.label_smoothing import label_smoother_for, label_smoother_shifts_labels
+from hf_lightning.data.samplers import EvalShardBatchSampler
 from hf_lightning.data.windows import PendingWindow
 from hf_lightning.debug import UnderflowOverflowDetector
+from hf_lightning.eval_gather import ShardGather, all_gather_world
 from hf_lightning.evaluation import (
     EvalAccumulator,
     EvalRequest,
@@ -345,12 +347,21 @@ class HFLightningModule(pl.LightningModule):
                 total = count if total is None else total + count
         except (TypeError, AttributeError):
             return None
-        trainer = _compat.attached_trainer(self)
-        if self.args.average_tokens_across_devices and trainer is not None \
-                and trainer.world_size > 1:
+        if self._tokens_across_processes():
             total = self.all_gather(total).sum()
         # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
         return total / 1
+
+    def _tokens_across_processes(self) -> bool:
+        """Whether ``num_items_in_batch`` counts every process's tokens (``average_tokens_across_devices``).
+
+        Only while training: each process evaluates its own share of the eval set, with its own number of batches,
+        so an evaluation batch's loss is its own token mean, the one-process value (HF's distributed evaluation
+        divides by the tokens of every process's batch at that step instead).
+        """
+        trainer = _compat.attached_trainer(self)
+        return bool(self.args.average_tokens_across_devices) and trainer is not None and trainer.world_size > 1 \
+            and trainer.training
 
     def compute_loss(self, model: nn.Module, inputs: dict, return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | None = None):
@@ -376,10 +387,8 @@ class HFLightningModule(pl.LightningModule):
             and num_items_in_batch is not None
         ):
             # Undo DDP's gradient averaging: the loss is already a global token mean.
-            trainer = _compat.attached_trainer(self)
-            world = trainer.world_size if trainer is not None else 1
-            if world > 1:
-                loss = loss * world
+            if self._tokens_across_processes():
+                loss = loss * _compat.attached_trainer(self).world_size
         return (loss, outputs) if return_outputs else loss
 
     def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
@@ -658,9 +667,15 @@ class HFLightningModule(pl.LightningModule):
             self._finish_eval_dataloader(idx)
         acc = self.eval_accumulators.get(dataloader_idx)
         if acc is None:
+            gather, batch_ids = self._eval_shards(dataloader_idx)
+            metrics = self.metrics.clone() if self.metrics is not None else None
+            if metrics is not None and gather is None and self.trainer.world_size > 1:
+                # Every process evaluates the whole set here: synced states would count it once per process.
+                for metric in metrics.values():
+                    metric.sync_on_compute = False
             acc = self.eval_accumulators[dataloader_idx] = EvalAccumulator(
-                self.args, self.compute_metrics, self.preprocess_logits_for_metrics, keep,
-                metrics=self.metrics.clone() if self.metrics is not None else None,
+                self.args, self.compute_metrics, self.preprocess_logits_for_metrics, keep, metrics=metrics,
+                gather=gather, batch_ids=batch_ids,
             )
         prediction_loss_only = request.prediction_loss_only
         if prediction_loss_only is None:
@@ -681,9 +696,49 @@ class HFLightningModule(pl.LightningModule):
         self._emit("on_prediction_step")
         loss_repeats = self.args.eval_batch_size if request.full_batch_loss_weight else None
         acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
-                is_last=is_last, loss_repeats=loss_repeats)
+                is_last=is_last, loss_repeats=loss_repeats, before_empty_step=self._lockstep_forward(batch))
         if is_last:
             self._finish_eval_dataloader(dataloader_idx)
+
+    def _eval_shards(self, dataloader_idx: int) -> tuple[ShardGather | None, list[list[int]] | None]:
+        """The exchange for a dataloader whose processes each evaluate their own share (``None`` otherwise), with
+        the one-process batch each process's batches belong to."""
+        trainer = self.trainer
+        if trainer.world_size < 2:
+            return None, None
+        loaders = trainer.test_dataloaders if trainer.testing else trainer.val_dataloaders
+        if isinstance(loaders, Mapping):
+            loaders = list(loaders.values())
+        loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
+        shard = getattr(loader, "batch_sampler", None)
+        if not isinstance(shard, EvalShardBatchSampler) or shard.num_processes == 1:
+            return None, None
+        if (shard.num_processes, shard.process_index) != (trainer.world_size, trainer.global_rank):
+            raise RuntimeError(
+                f"The evaluation dataloader was sharded for {shard.num_processes} processes (this one rank "
+                f"{shard.process_index}), but the run has {trainer.world_size} (this one rank {trainer.global_rank}). "
+                "Build evaluation dataloaders with the HFDataModule attached to this run."
+            )
+        counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
+        # Lightning's own count: a limit_*_batches shortens every process's pass, and the exchange follows it.
+        gather = ShardGather(all_gather_world, trainer.global_rank, trainer.world_size,
+                             int(counts[dataloader_idx]), device=trainer.strategy.root_device)
+        return gather, [shard.batch_ids(rank) for rank in range(shard.num_processes)]
+
+    def _lockstep_forward(self, batch: Mapping) -> Callable[[], None] | None:
+        """What a process with no eval batch left runs while the others evaluate one: nothing under DDP (its
+        forward needs no other process), a forward it discards under a strategy that shards the parameters (FSDP,
+        DeepSpeed ZeRO-3: each forward gathers them from every process)."""
+        strategy = self.trainer.strategy
+        if self.trainer.world_size < 2 or (isinstance(strategy, DDPStrategy)
+                                           and not isinstance(strategy, DeepSpeedStrategy)):
+            return None
+
+        def forward() -> None:
+            with torch.no_grad():
+                self.model(**self.hooks._prepare_inputs(dict(batch)))
+
+        return forward
 
     def _finish_eval_dataloader(self, dataloader_idx: int) -> None:
         if self.eval_dataloader_end is not None and dataloader_idx in self.eval_accumulators:

@@ -20,7 +20,12 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
-from hf_lightning.data.samplers import LengthGroupedSampler, SeedableRandomSampler, ShardedBatchSampler
+from hf_lightning.data.samplers import (
+    EvalShardBatchSampler,
+    LengthGroupedSampler,
+    SeedableRandomSampler,
+    ShardedBatchSampler,
+)
 from hf_lightning.data.windows import WindowedLoader, load_window
 
 if TYPE_CHECKING:
@@ -290,14 +295,35 @@ class HFDataModule(pl.LightningDataModule):
         return [self.eval_dataset] if self.eval_dataset is not None else []
 
     def eval_loader(self, dataset: Any, description: str = "Evaluation") -> DataLoader:
-        """A sequential dataloader over ``dataset`` with the eval batch size."""
+        """A sequential dataloader over ``dataset`` with the eval batch size.
+
+        Under several processes each one gets its own share of a sized dataset (at most ``ceil(n / world)``
+        examples, none repeated, see :class:`~hf_lightning.data.samplers.EvalShardBatchSampler`), and the module
+        gathers the results. An ``IterableDataset``, or a set smaller than the number of processes, is evaluated
+        whole on every process.
+        """
         dataset, collator = self._prepare(dataset, description)
         kwargs = self._loader_kwargs()
         if not isinstance(dataset, IterableDataset) and has_len(dataset):
-            kwargs["sampler"] = SequentialSampler(dataset) if self._eval_sampler_fn is None \
+            sampler = SequentialSampler(dataset) if self._eval_sampler_fn is None \
                 else self._eval_sampler_fn(dataset)
-            kwargs["drop_last"] = bool(self.args.dataloader_drop_last)
+            drop_last = bool(self.args.dataloader_drop_last)
+            world, rank = self._eval_layout()
+            if world > 1:
+                shard = EvalShardBatchSampler(sampler if sampler is not None else SequentialSampler(dataset),
+                                              self.args.eval_batch_size, drop_last, world, rank)
+                if shard.num_positions() >= world:
+                    return DataLoader(dataset, batch_sampler=shard, collate_fn=collator, **kwargs)
+            kwargs["sampler"] = sampler
+            kwargs["drop_last"] = drop_last
         return DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **kwargs)
+
+    def _eval_layout(self) -> tuple[int, int]:
+        """``(world size, rank)`` for an eval loader: the attached run's, else the launcher's (the facade builds
+        its evaluation loaders before the ``lightning.Trainer`` that runs them)."""
+        if self.trainer is not None:
+            return self._layout()
+        return int(self.args.world_size), int(self.args.process_index)
 
     def val_dataloader(self) -> list[DataLoader]:
         datasets = self.eval_datasets()

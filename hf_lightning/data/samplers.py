@@ -5,10 +5,13 @@
 - :class:`LengthGroupedSampler` / :func:`get_length_grouped_indices`: ``train_sampling_strategy=
   "group_by_length"`` (4.x ``group_by_length=True``), shuffling with the global torch RNG unless given a
   generator; :func:`eval_length_grouped_sampler` is the seeded variant HF builds for evaluation.
+- :class:`ShardedBatchSampler`: accelerate's round-robin of training batches over processes.
+- :class:`EvalShardBatchSampler`: one process's share of an evaluation set (no repeats, unlike HF's).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any
 
@@ -16,6 +19,7 @@ import torch
 from torch.utils.data import Sampler
 
 __all__ = [
+    "EvalShardBatchSampler",
     "LengthGroupedSampler",
     "SeedableRandomSampler",
     "ShardedBatchSampler",
@@ -304,3 +308,71 @@ class ShardedBatchSampler:
         while len(filler) < size:
             filler = filler + filler
         yield (last + filler)[lo:hi]
+
+class EvalShardBatchSampler:
+    """One process's share of an evaluation set, cut into batches where one process would cut them.
+
+    The positions of ``sampler``'s sequence (after ``drop_last`` drops an incomplete last batch) are split into
+    ``num_processes`` contiguous runs, the first ``n % num_processes`` one position longer, so no process gets more
+    than ``ceil(n / num_processes)`` examples and none is repeated (HF's accelerate instead completes the last
+    round with examples from the start). Each run is cut at the multiples of ``batch_size``: every batch is a
+    one-process batch or, where a run starts or ends inside one, a part of it. Concatenating the processes'
+    results in rank order gives the one-process order.
+
+    Args:
+        sampler: the evaluation sampler (its order is the order results come back in).
+        batch_size: the per-device evaluation batch size.
+        drop_last: drop the incomplete last batch of the whole set, as one process would.
+        num_processes: data-parallel world size.
+        process_index: this process's rank.
+
+    Example:
+        >>> [list(EvalShardBatchSampler(range(10), 4, False, 2, rank)) for rank in (0, 1)]
+        [[[0, 1, 2, 3], [4]], [[5, 6, 7], [8, 9]]]
+    """
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool, num_processes: int,
+                 process_index: int) -> None:
+        if not 0 <= process_index < num_processes:
+            raise ValueError(f"process_index must be in [0, {num_processes}), got {process_index}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.num_processes = num_processes
+        self.process_index = process_index
+
+    def num_positions(self) -> int:
+        """How many examples the whole evaluation covers (over all processes)."""
+        n = len(self.sampler)
+        return n - n % self.batch_size if self.drop_last else n
+
+    def batch_bounds(self, rank: int) -> list[tuple[int, int]]:
+        """``(start, stop)`` positions of each batch of process ``rank``."""
+        base, extra = divmod(self.num_positions(), self.num_processes)
+        start = rank * base + min(rank, extra)
+        stop = start + base + (1 if rank < extra else 0)
+        bounds = []
+        while start < stop:
+            end = min(stop, (start // self.batch_size + 1) * self.batch_size)
+            bounds.append((start, end))
+            start = end
+        return bounds
+
+    def batch_ids(self, rank: int) -> list[int]:
+        """The one-process batch each of process ``rank``'s batches belongs to (or is a part of)."""
+        return [start // self.batch_size for start, _ in self.batch_bounds(rank)]
+
+    def __len__(self) -> int:
+        return len(self.batch_bounds(self.process_index))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        bounds = self.batch_bounds(self.process_index)
+        if not bounds:
+            return
+        first, last = bounds[0][0], bounds[-1][1]
+        # Only this process's run of the sequence is kept (the sampler is read up to its end, no further).
+        mine = list(itertools.islice(iter(self.sampler), first, last))
+        for start, stop in bounds:
+            yield mine[start - first: stop - first]

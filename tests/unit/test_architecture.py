@@ -32,6 +32,7 @@ PURE_MODULES = [
     "hf_lightning.outputs",
     "hf_lightning.seed",
     "hf_lightning.evaluation",
+    "hf_lightning.eval_gather",
     "hf_lightning.optim",
 ]
 # Their source may not import Lightning anywhere, not even inside a function.

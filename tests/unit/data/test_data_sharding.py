@@ -1,9 +1,12 @@
-"""ShardedBatchSampler deals the same indices to each process as accelerate's BatchSamplerShard."""
+"""ShardedBatchSampler deals the same indices to each process as accelerate's BatchSamplerShard;
+EvalShardBatchSampler gives each process its own share of an eval set, without repeats."""
+
+import math
 
 import pytest
 from torch.utils.data import BatchSampler, SequentialSampler
 
-from hf_lightning.data.samplers import ShardedBatchSampler
+from hf_lightning.data.samplers import EvalShardBatchSampler, ShardedBatchSampler
 
 
 @pytest.mark.parametrize("n", [1, 7, 16, 17, 23, 30])
@@ -73,3 +76,27 @@ def test_the_train_loader_of_a_process_follows_accelerator_config(config, tmp_pa
                                split_batches=bool(config.get("split_batches")),
                                even_batches=config.get("even_batches", True))
     assert ours == [list(batch) for batch in theirs]
+
+
+@pytest.mark.parametrize("n", [2, 7, 9, 10, 16, 17])
+@pytest.mark.parametrize("batch_size", [1, 3, 4])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_eval_shards_cover_the_one_process_batches_once(n, batch_size, world, drop_last):
+    order = list(reversed(range(n)))  # the eval sampler's order is the order results come back in
+    one_process = list(BatchSampler(order, batch_size, drop_last))
+    shards = [EvalShardBatchSampler(order, batch_size, drop_last, world, rank) for rank in range(world)]
+    batches = [list(shard) for shard in shards]
+    covered = [i for rank_batches in batches for batch in rank_batches for i in batch]
+    assert covered == [i for batch in one_process for i in batch]  # rank order = one-process order, no repeats
+    for shard, rank_batches in zip(shards, batches):
+        assert sum(map(len, rank_batches)) <= math.ceil(len(covered) / world)
+        assert len(shard) == len(rank_batches)
+        # Each batch is a one-process batch or a part of the one its id names.
+        for batch, batch_id in zip(rank_batches, shard.batch_ids(shard.process_index)):
+            assert set(batch) <= set(one_process[batch_id])
+
+
+def test_eval_shards_check_the_rank():
+    with pytest.raises(ValueError, match="process_index"):
+        EvalShardBatchSampler(range(4), 2, False, 2, 2)
