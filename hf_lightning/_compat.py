@@ -122,3 +122,16 @@ def route_checkpoint_loading(trainer: pl.Trainer, read: Callable[[Any], dict | N
     current = strategy.load_checkpoint
     original = current.original if isinstance(current, _RoutedCheckpointLoad) else current
     strategy.load_checkpoint = _RoutedCheckpointLoad(original, read)
+
+
+def take_lightning_sigterm(trainer: pl.Trainer) -> bool:
+    """Whether Lightning's own SIGTERM handler caught a signal during this fit; clears it.
+
+    ``enable_jit_checkpoint`` replaces Lightning's handler when training starts, and a SIGTERM Lightning caught
+    before that becomes its request. Left set, the flag would make Lightning's loops raise ``SIGTERMException``
+    (a ``SystemExit``) after the next batch, before the checkpoint.
+    """
+    connector = trainer._signal_connector
+    received = bool(connector.received_sigterm)
+    connector.received_sigterm = False
+    return received

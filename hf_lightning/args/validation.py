@@ -190,12 +190,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "before passing it, and remove use_liger_kernel.",
     ),
     (
-        "enable_jit_checkpoint",
-        bool,
-        "checkpointing on SIGTERM is not implemented. Use save_strategy='steps' with a small save_steps and resume "
-        "from the last checkpoint; remove enable_jit_checkpoint.",
-    ),
-    (
         "parallelism_config",
         lambda value: value is not None,
         "Accelerate's ParallelismConfig has no Lightning equivalent here. Use fsdp / deepspeed for sharding and "

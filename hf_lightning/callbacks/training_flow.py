@@ -34,6 +34,7 @@ from hf_lightning._utils import enum_value
 from hf_lightning.callbacks.checkpoint_saver import CheckpointSaver
 from hf_lightning.callbacks.evaluation import TrainingEvaluation, step_metric_scheduler, update_best_metric
 from hf_lightning.callbacks.events import HFEvents
+from hf_lightning.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks.hf_api import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -43,6 +44,7 @@ from hf_lightning.callbacks.hf_api import (
 )
 from hf_lightning.callbacks.log_history import TrainingLog
 from hf_lightning.checkpointing.durability import wait_for_flushes
+from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY
 from hf_lightning.hooks import TrainerHooks
 from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.outputs import TrainOutput
@@ -94,6 +96,8 @@ class HFFlowCallback(pl.Callback):
         self.evaluation = TrainingEvaluation(self.events, self._log, eval_loss_full_batch_weight)
         self.saver = CheckpointSaver(args, processing_class, data_collator)
         self.resume = CheckpointResume(args)
+        # enable_jit_checkpoint: the SIGTERM handler and the stop at a safe point.
+        self.jit = JITCheckpoint(bool(args.enable_jit_checkpoint))
         self.train_output: TrainOutput | None = None
         self.micro_in_epoch = 0
         self._module: Any = None
@@ -129,6 +133,7 @@ class HFFlowCallback(pl.Callback):
         # Runs before Lightning reads ckpt_path: an HF checkpoint folder goes to the resume, whatever the strategy.
         if stage == "fit":
             self.resume.reset()
+            self.jit.check_can_install()
         _compat.route_checkpoint_loading(trainer, functools.partial(self.resume.read, trainer))
         # An earlier fit's checkpoints finish flushing and rotating before this one looks at output_dir.
         wait_for_flushes()
@@ -136,10 +141,13 @@ class HFFlowCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # The checkpoints saved so far reach the disk before the error surfaces (their failures are only logged:
         # the original error is the one to report).
+        self.jit.restore()
         wait_for_flushes()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         args, plan = self.args, pl_module.plan
+        # First, after Lightning registered its own SIGTERM handler for the fit (which this one replaces).
+        self.jit.install(trainer)
         self.control = TrainerControl()
         # HF replaces the fresh state by the checkpoint's, then re-applies this run's limits.
         state = self.resume.take_state()
@@ -159,6 +167,7 @@ class HFFlowCallback(pl.Callback):
         if self.resume.folder is not None:
             self.resume.restore_training(trainer, pl_module, state)
         self.logbook.start(pl_module.device)
+        self.resume.restore_logging_window(self.logbook, trainer)
         self.saver.start(trainer, pl_module, state, self.resume.folder, started=self.logbook.start_time)
         self.events.fire("on_train_begin")
         if args.eval_on_start:
@@ -216,6 +225,9 @@ class HFFlowCallback(pl.Callback):
         self.logbook.record_step(outputs["grad_norm"], outputs["learning_rate"])
         self.events.fire("on_step_end")
         self._maybe_log_save_evaluate(trainer, pl_module)
+        if trainer.global_step % pl_module.plan.update_steps_per_epoch:
+            # A step that ends an epoch is a safe point only after the epoch's own log → evaluate → save.
+            self._stop_on_sigterm(trainer, pl_module)
         if self.stop_requested():
             pl_module.stop_epoch_requested = True
 
@@ -224,7 +236,13 @@ class HFFlowCallback(pl.Callback):
             # HF: an epoch without a single batch (an exhausted iterable dataset) stops training.
             self.control.should_training_stop = True
         self.events.fire("on_epoch_end")
+        if self.jit.stopped:
+            # Stopped by a SIGTERM: nothing more is evaluated or saved (HF runs this epoch end's evaluation and
+            # save after its JIT checkpoint, which the resumed run would then not see).
+            trainer.should_stop = True
+            return
         self._maybe_log_save_evaluate(trainer, pl_module)
+        self._stop_on_sigterm(trainer, pl_module)
         if self.control.should_training_stop:
             trainer.should_stop = True
 
@@ -236,8 +254,11 @@ class HFFlowCallback(pl.Callback):
         self.resume.reset()
         train_loss, metrics = self.logbook.summary(pl_module.plan.num_train_samples)
         self._log(metrics)
-        self.saver.finish(trainer, pl_module, self.state)
+        # After a SIGTERM the checkpoint just written is kept, also with save_total_limit=1 (HF deletes it).
+        self.saver.finish(trainer, pl_module, self.state, cleanup=not self.jit.stopped)
         self.events.fire("on_train_end")
+        # HF puts the previous SIGTERM handler back at on_train_end.
+        self.jit.restore()
         self.train_output = TrainOutput(self.state.global_step, train_loss, metrics)
 
     # ------------------------------------------------------------------ HF's log → evaluate → save
@@ -255,6 +276,25 @@ class HFFlowCallback(pl.Callback):
             self.logbook.store_flos()
             self.saver.save(trainer, pl_module, self.events)
             self.events.fire("on_save")
+
+    def _stop_on_sigterm(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``enable_jit_checkpoint``: when any process got a SIGTERM, save ``checkpoint-{global_step}`` and stop.
+
+        Called by every process at each safe point (an optimizer-step boundary after HF's log → evaluate → save).
+        The save is skipped when this step's checkpoint was just written and no training loss awaits logging.
+        """
+        if not self.jit.should_stop_now(trainer):
+            return
+        if self.saver.saved_step != self.state.global_step or self.logbook.has_unlogged_steps():
+            # HF's _save_checkpoint stores the FLOs; no on_save event (HF's JIT save fires none).
+            self.logbook.store_flos()
+            window = self.jit.logging_window(trainer, self.logbook)
+            self.saver.save(trainer, pl_module, self.events, extra_callback_states={JIT_LOGGING_WINDOW_KEY: window})
+            (self.state.stateful_callbacks or {}).pop(JIT_LOGGING_WINDOW_KEY, None)
+        self.jit.stopped = True
+        self.control.should_training_stop = True
+        pl_module.stop_epoch_requested = True
+        trainer.should_stop = True
 
     def _evaluate(self, trainer: pl.Trainer, step_scheduler: bool = True) -> dict[str, float]:
         metrics = self.hooks.evaluate() if self.hooks is not None else self.evaluate()

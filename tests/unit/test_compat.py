@@ -146,3 +146,12 @@ def test_route_checkpoint_loading_leaves_other_paths_to_the_strategy_and_replace
     _compat.route_checkpoint_loading(trainer, lambda p: {"second": p} if p == "hf" else None)
     assert trainer.strategy.load_checkpoint("hf") == {"second": "hf"}
     assert trainer.strategy.load_checkpoint(path) == {"plain": 1}
+
+
+def test_take_lightning_sigterm_reads_and_clears_lightnings_flag():
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert _compat.take_lightning_sigterm(trainer) is False
+    trainer._signal_connector.received_sigterm = True
+    assert trainer.received_sigterm
+    assert _compat.take_lightning_sigterm(trainer) is True
+    assert not trainer.received_sigterm
