@@ -27,10 +27,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
-
-from hf_lightning import _compat
 import torch
 
+from hf_lightning import _compat
 from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY, TRAINER_STATE_NAME
 from hf_lightning.checkpointing.paths import is_hf_checkpoint_dir, validate_checkpoint_dir
 from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler

@@ -14,6 +14,9 @@ and maps Lightning's hooks to HF's events:
 - ``on_train_epoch_end`` → ``on_epoch_end`` then log → evaluate → save;
 - ``on_train_end`` → HF's final summary log, best-model loading, ``on_train_end``.
 
+With ``enable_jit_checkpoint`` a SIGTERM (:class:`~hf_lightning.callbacks.jit_checkpoint.JITCheckpoint`) ends
+training at the next safe point — after a step's (or an epoch end's) log → evaluate → save — with a checkpoint.
+
 The work behind each step lives in one helper each: :class:`~hf_lightning.callbacks.log_history.TrainingLog`
 (loss, FLOs, tokens, HF's ``log``), :class:`~hf_lightning.callbacks.evaluation.TrainingEvaluation` (evaluation on
 Lightning's validation loop, best metric), :class:`~hf_lightning.callbacks.checkpoint_saver.CheckpointSaver`
@@ -34,7 +37,6 @@ from hf_lightning._utils import enum_value
 from hf_lightning.callbacks.checkpoint_saver import CheckpointSaver
 from hf_lightning.callbacks.evaluation import TrainingEvaluation, step_metric_scheduler, update_best_metric
 from hf_lightning.callbacks.events import HFEvents
-from hf_lightning.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks.hf_api import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -42,6 +44,7 @@ from hf_lightning.callbacks.hf_api import (
     ProgressCallback,
     TrainerCallback,
 )
+from hf_lightning.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks.log_history import TrainingLog
 from hf_lightning.checkpointing.durability import wait_for_flushes
 from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY

@@ -46,7 +46,8 @@ def test_enable_jit_checkpoint_is_accepted(tmp_path):
 
 def test_sigterm_saves_once_stops_cleanly_and_restores_the_previous_handler(tmp_path, monkeypatch, previous_handler):
     """Two SIGTERMs as step 4 begins: step 4 finishes, one checkpoint-4 is written (the second SIGTERM starts no
-    second save), train() returns normally, and the handler installed before training is back, never called."""
+    second save; save_strategy="no" does not prevent it, as in HF), train() returns normally, and the handler
+    installed before training is back, never called."""
     handler, calls = previous_handler
     monkeypatch.setattr(jit_checkpoint, "KILL_WAIT_SECONDS", 0.0)
     saves = []
@@ -54,7 +55,7 @@ def test_sigterm_saves_once_stops_cleanly_and_restores_the_previous_handler(tmp_
     monkeypatch.setattr(CheckpointSaver, "save", lambda self, *a, **kw: (saves.append(1), original_save(self, *a, **kw)))
     args = hf_lightning.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=30,
-        logging_steps=3, save_steps=100, learning_rate=5e-2, seed=11, report_to="none", use_cpu=True,
+        logging_steps=3, save_strategy="no", learning_rate=5e-2, seed=11, report_to="none", use_cpu=True,
         disable_tqdm=True, enable_jit_checkpoint=True,
     )
     trainer = hf_lightning.Trainer(model=DropoutRegression(), args=args, train_dataset=_data(20, seed=5),
@@ -108,3 +109,35 @@ def test_refused_outside_the_main_thread():
     thread.start()
     thread.join()
     assert len(errors) == 1 and "enable_jit_checkpoint" in errors[0] and "main thread" in errors[0]
+
+
+def test_under_lightnings_slurm_environment_sigterm_still_checkpoints_and_requeue_stays_on_sigusr1(
+        tmp_path, monkeypatch, previous_handler):
+    """A SLURM job step (environment as srun sets it): Lightning's SLURMEnvironment with auto-requeue registers its
+    requeue handler on SIGUSR1 for the fit; SIGTERM (sbatch --signal=TERM@<s>, or a preemption) still ends in
+    the SIGTERM checkpoint and a clean stop, and both handlers are what they were before the fit afterwards."""
+    handler, calls = previous_handler
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0",
+                       "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(jit_checkpoint, "KILL_WAIT_SECONDS", 0.0)
+    usr1_before = signal.getsignal(signal.SIGUSR1)
+    seen = {}
+
+    class Probe(hf_lightning.TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            seen["sigusr1"] = signal.getsignal(signal.SIGUSR1)
+
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=30,
+        logging_steps=3, save_steps=100, learning_rate=5e-2, seed=11, report_to="none", use_cpu=True,
+        disable_tqdm=True, enable_jit_checkpoint=True,
+    )
+    pl_trainer = hf_lightning.build_lightning_trainer(args, callbacks=[_SigtermAt(step=2, times=1), Probe()],
+                                                      enable_progress_bar=False, logger=False)
+    module = hf_lightning.HFLightningModule(DropoutRegression(), args)
+    pl_trainer.fit(module, datamodule=hf_lightning.HFDataModule(args, train_dataset=_data(20, seed=5)))
+    assert "_slurm_sigusr_handler_fn" in repr(getattr(seen["sigusr1"], "signal_handlers", seen["sigusr1"]))
+    assert pl_trainer.global_step == 3 and sorted(os.listdir(tmp_path)) == ["checkpoint-3"]
+    assert signal.getsignal(signal.SIGTERM) is handler and calls == []
+    assert signal.getsignal(signal.SIGUSR1) == usr1_before
