@@ -141,3 +141,25 @@ def test_under_lightnings_slurm_environment_sigterm_still_checkpoints_and_requeu
     assert pl_trainer.global_step == 3 and sorted(os.listdir(tmp_path)) == ["checkpoint-3"]
     assert signal.getsignal(signal.SIGTERM) is handler and calls == []
     assert signal.getsignal(signal.SIGUSR1) == usr1_before
+
+
+def test_a_sigterm_lightnings_handler_caught_before_training_started_becomes_the_request(tmp_path, monkeypatch):
+    """Between Lightning's handler registration and on_train_start (here: while the train loader is built) a
+    SIGTERM reaches Lightning's handler; it becomes the request, and Lightning's SystemExit never comes."""
+    monkeypatch.setattr(jit_checkpoint, "KILL_WAIT_SECONDS", 0.0)
+
+    class SignalledDataModule(hf_lightning.HFDataModule):
+        def train_dataloader(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return super().train_dataloader()
+
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=30,
+        logging_steps=3, save_strategy="no", learning_rate=5e-2, seed=11, report_to="none", use_cpu=True,
+        disable_tqdm=True, enable_jit_checkpoint=True,
+    )
+    pl_trainer = hf_lightning.build_lightning_trainer(args, enable_progress_bar=False, logger=False)
+    module = hf_lightning.HFLightningModule(DropoutRegression(), args)
+    pl_trainer.fit(module, datamodule=SignalledDataModule(args, train_dataset=_data(20, seed=5)))
+    assert pl_trainer.global_step == 1 and sorted(os.listdir(tmp_path)) == ["checkpoint-1"]
+    assert not pl_trainer.received_sigterm
