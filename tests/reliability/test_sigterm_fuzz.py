@@ -99,19 +99,18 @@ def test_sigterm_anywhere_then_resumed_ends_bit_identical(server, reference, tmp
 
 
 @pytest.mark.parametrize("point,k,stop", [
-    # Inside the first micro-batch's forward of step 5 (forwards 1-8 are steps 1-4 with windows 2, 2, 1, 2, ...):
-    # the window is finished and stepped, then the checkpoint is written at step 5, between two logs.
-    ("term_forward", 8, 5),
     # Between the two micro-batches of step 2's window: no stop mid-window, the window is stepped first.
     ("term_window", 2, 2),
-    # Inside the 1st evaluation (step 5): the evaluation finishes and is logged, then checkpoint-5.
+    # Inside the 1st evaluation (step 5): the evaluation finishes and is logged, then checkpoint-5, between two
+    # training-loss logs (steps 3 and 6): the resume must carry the window's loss sum.
     ("term_eval", 1, 5),
     # While checkpoint-4 is written: it is finished, then checkpoint-4 is written again with the logging window
     # (the loss was last logged at step 3), and the run stops at step 4.
     ("term_save", 1, 4),
     # Two SIGTERMs in a row inside the backward of step 3's last micro-batch: one checkpoint, one stop.
     ("term2_backward", 5, 3),
-    # Step 3 ends epoch 1 (3 steps per epoch): the checkpoint waits for the epoch end.
+    # Inside the first forward of step 3, which ends epoch 1 (windows 2, 2, 1): the checkpoint waits for the epoch
+    # end.
     ("term_forward", 5, 3),
 ])
 def test_sigterm_regressions(server, reference, tmp_path, point, k, stop):
