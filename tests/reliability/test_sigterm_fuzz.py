@@ -42,8 +42,9 @@ _SLOW_SEED = int(os.environ.get("HFL_SIGTERM_SEED", "2000"))
 _REACHED = {"term_forward": 50, "term_backward": 50, "term_window": 20, "term_eval": 15, "term_save": 7}
 
 
-def _signal_once(server, out: Path, mode: str, config: str, point: str, k: int, tmp: Path) -> tuple:
-    """One signalled run: it must exit 0 with its last step's checkpoint written; returns what happened."""
+def _signal_once(server, out: Path, mode: str, config: str, point: str, k: int, tmp: Path) -> tuple[tuple, dict]:
+    """One signalled run: it must exit 0 with its last step's checkpoint written; returns what happened and the
+    run's result."""
     result, log = tmp / "signalled.json", tmp / "log.txt"
     result.unlink(missing_ok=True)
     code = _run(server, out, mode, config, point=point, k=k, result=result, log=log)
@@ -55,7 +56,7 @@ def _signal_once(server, out: Path, mode: str, config: str, point: str, k: int, 
     if not run["jit_stopped"]:
         # The signal came after training ended, or its point was never reached: a complete run.
         assert run["global_step"] == worker.MAX_STEPS, what
-        return (*what, "complete")
+        return (*what, "complete"), run
     step = run["global_step"]
     last = worker.hf_lightning.get_last_checkpoint(str(out))
     assert last is not None and os.path.basename(last) == f"checkpoint-{step}", (what, _folders(out))
@@ -63,7 +64,7 @@ def _signal_once(server, out: Path, mode: str, config: str, point: str, k: int, 
     assert state["global_step"] == step, what
     # Stopped at once: nothing logged after the checkpoint but HF's end-of-training summary.
     assert [e for e in run["log_history"] if "train_runtime" not in e] == state["log_history"], what
-    return (*what, step)
+    return (*what, step), run
 
 
 def _trial(server, reference, tmp_path: Path, seed: int, mode: str, config: str) -> list[tuple]:
@@ -71,7 +72,7 @@ def _trial(server, reference, tmp_path: Path, seed: int, mode: str, config: str)
     rng = random.Random(seed)
     expected, duration, expected_folders = reference(mode, config)
     out = tmp_path / "out"
-    stops = []
+    stops, result = [], None
     for _ in range(rng.randint(1, 2)):
         where = rng.choice(worker.SIGTERM_POINTS)
         if where == "term_delay":
@@ -79,11 +80,18 @@ def _trial(server, reference, tmp_path: Path, seed: int, mode: str, config: str)
         else:
             k = rng.randint(1, _REACHED[where])
         point = where.replace("term_", "term2_") if rng.random() < 0.25 else where
-        stops.append(_signal_once(server, out, mode, config, point, k, tmp_path))
-    log = tmp_path / "log.txt"
-    code = _run(server, out, mode, config, result=tmp_path / "result.json", log=log)
-    assert code == 0, f"trial {seed} {config} {stops}: {log.read_text()[-3000:]}"
-    result = json.loads((tmp_path / "result.json").read_text())
+        stop, run = _signal_once(server, out, mode, config, point, k, tmp_path)
+        stops.append(stop)
+        if stop[-1] == "complete":
+            # Trained to the end: nothing is left to resume (a restart would resume from whatever checkpoint the
+            # end left, e.g. only the best one under save_total_limit=1).
+            result = run
+            break
+    if result is None:
+        log = tmp_path / "log.txt"
+        code = _run(server, out, mode, config, result=tmp_path / "result.json", log=log)
+        assert code == 0, f"trial {seed} {config} {stops}: {log.read_text()[-3000:]}"
+        result = json.loads((tmp_path / "result.json").read_text())
 
     assert _comparable(result["log_history"]) == _comparable(expected["log_history"]), f"trial {seed} {stops}"
     for name, values in expected["weights"].items():
@@ -118,7 +126,7 @@ def test_sigterm_regressions(server, reference, tmp_path, point, k, stop):
     """Deterministic stops whose step is known, then the exact resume."""
     expected, _, _ = reference("facade", "jit")
     out = tmp_path / "out"
-    assert _signal_once(server, out, "facade", "jit", point, k, tmp_path)[-1] == stop
+    assert _signal_once(server, out, "facade", "jit", point, k, tmp_path)[0][-1] == stop
     assert _run(server, out, "facade", "jit", result=tmp_path / "result.json", log=tmp_path / "log.txt") == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert _comparable(result["log_history"]) == _comparable(expected["log_history"])
