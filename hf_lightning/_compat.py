@@ -163,3 +163,16 @@ def checkpoint_wrapper(module: nn.Module) -> nn.Module:
 def checkpoint_wrapped_inner(module: nn.Module) -> nn.Module:
     """The layer inside a :func:`checkpoint_wrapper`, or ``module`` itself when it is not one."""
     return getattr(module, "_checkpoint_wrapped_module", module)
+
+
+def take_lightning_sigterm(trainer: pl.Trainer) -> bool:
+    """Whether Lightning's own SIGTERM handler caught a signal during this fit; clears it.
+
+    ``enable_jit_checkpoint`` replaces Lightning's handler when training starts, and a SIGTERM Lightning caught
+    before that becomes its request. Left set, the flag would make Lightning's loops raise ``SIGTERMException``
+    (a ``SystemExit``) after the next batch, before the checkpoint.
+    """
+    connector = trainer._signal_connector
+    received = bool(connector.received_sigterm)
+    connector.received_sigterm = False
+    return received

@@ -28,9 +28,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
+import torch
 
 from hf_lightning import _compat
-from hf_lightning.checkpointing.layout import TRAINER_STATE_NAME
+from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY, TRAINER_STATE_NAME
 from hf_lightning.checkpointing.model_state import model_state_for
 from hf_lightning.checkpointing.paths import is_hf_checkpoint_dir, validate_checkpoint_dir
 from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler, load_scaler
@@ -66,10 +67,12 @@ class CheckpointResume:
         self._state: TrainerState | None = None
         self._micro_batches_done = 0
         self._rng_moment: str | None = None
+        self._logging_window: dict[str, Any] | None = None
 
     def reset(self) -> None:
         """Forget any earlier fit's checkpoint (a new fit resumes only from its own ``ckpt_path``)."""
         self.folder, self._state, self._micro_batches_done, self._rng_moment = None, None, 0, None
+        self._logging_window = None
 
     # ------------------------------------------------------------------ 1. Lightning reads ckpt_path
     def read(self, trainer: pl.Trainer, path: Any) -> dict[str, Any] | None:
@@ -133,7 +136,28 @@ class CheckpointResume:
     def take_state(self) -> TrainerState | None:
         """The checkpoint's ``TrainerState`` (once), which replaces the fresh state as in HF; ``None`` otherwise."""
         state, self._state = self._state, None
+        if state is not None and state.stateful_callbacks:
+            # A SIGTERM checkpoint's logging window is not a callback's state: taken out here, put back by
+            # restore_logging_window, and never carried into later checkpoints.
+            self._logging_window = state.stateful_callbacks.pop(JIT_LOGGING_WINDOW_KEY, None)
         return state
+
+    def restore_logging_window(self, logbook: Any, trainer: pl.Trainer) -> None:
+        """Put a SIGTERM checkpoint's training-loss window back into ``logbook`` (after its ``start``).
+
+        HF's resume starts a new logging window, so the next ``loss`` averages only the steps after the resume;
+        a checkpoint ``enable_jit_checkpoint`` wrote at a step between two logs keeps each process's loss sum and
+        the last logged step, so the next ``loss`` is the one a run never stopped logs. Applied only for the
+        checkpoint's step and process count.
+        """
+        window, self._logging_window = self._logging_window, None
+        saved = (window or {}).get("attributes", {})
+        losses = saved.get("tr_loss") or []
+        if saved.get("global_step") != logbook.events.state.global_step or len(losses) != trainer.world_size:
+            return
+        tr_loss = logbook.tr_loss
+        logbook.tr_loss = torch.tensor(losses[trainer.global_rank], dtype=tr_loss.dtype, device=tr_loss.device)
+        logbook.globalstep_last_logged = int(saved["globalstep_last_logged"])
 
     def restore_callback_states(self, state: TrainerState, events: HFEvents) -> None:
         """HF's ``restore_callback_states_from_checkpoint``: rebuild each saved stateful callback (and the control).

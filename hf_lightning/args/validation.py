@@ -184,12 +184,6 @@ def _show(value: Any) -> str:
 _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("push_to_hub", bool, NO_HUB),
     (
-        "enable_jit_checkpoint",
-        bool,
-        "checkpointing on SIGTERM is not implemented. Use save_strategy='steps' with a small save_steps and resume "
-        "from the last checkpoint; remove enable_jit_checkpoint.",
-    ),
-    (
         "parallelism_config",
         lambda value: value is not None,
         "Accelerate's ParallelismConfig has no Lightning equivalent here. Use fsdp / deepspeed for sharding and "

@@ -65,6 +65,8 @@ class CheckpointSaver:
         self.data_collator = data_collator
         # Checkpoints an earlier run left in output_dir (not the lineage being resumed): never rotated away.
         self.foreign_checkpoints: set[str] = set()
+        #: The step of this fit's last ``checkpoint-N``, or ``None``.
+        self.saved_step: int | None = None
 
     def is_saving_process(self, trainer: pl.Trainer) -> bool:
         """Whether this process writes checkpoints: global rank 0, or local rank 0 with ``save_on_each_node``."""
@@ -83,6 +85,7 @@ class CheckpointSaver:
         """
         args = self.args
         self.foreign_checkpoints = set()
+        self.saved_step = None
         if args.load_best_model_at_end and enum_value(args.save_strategy) != "no":
             # On every process, before the first step: a best model that cannot be loaded fails now, not at the end.
             model_state_for(module.model).check_loadable(module.model)
@@ -111,8 +114,11 @@ class CheckpointSaver:
                 ", ".join(os.path.basename(path) for path in foreign),
             )
 
-    def save(self, trainer: pl.Trainer, module: Any, events: HFEvents) -> None:
-        """Write ``checkpoint-{global_step}`` (every process takes part; the saving ones write) and rotate."""
+    def save(self, trainer: pl.Trainer, module: Any, events: HFEvents,
+             extra_callback_states: dict[str, Any] | None = None) -> None:
+        """Write ``checkpoint-{global_step}`` (every process takes part; the saving ones write) and rotate.
+
+        ``extra_callback_states`` (``{name: state}``) go into ``trainer_state.json``'s ``stateful_callbacks``."""
         args, state = self.args, events.state
         # The previous save's flush and rotation finish first, so this one starts from the folders HF would see.
         self.wait_until_written()
@@ -152,12 +158,14 @@ class CheckpointSaver:
             keep_replaced=folder in foreign,
             flush_in_background=in_background,
             model_state=self._model_state(module.model),
+            extra_callback_states=extra_callback_states,
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
         checkpoint_io = trainer.strategy.checkpoint_io
         if not isinstance(checkpoint_io, HFCheckpointIO):
             checkpoint_io = HFCheckpointIO()
         checkpoint_io.save_checkpoint(payload, run_dir)
+        self.saved_step = state.global_step
         foreign.discard(folder)
         if not should_save:
             return
@@ -184,13 +192,13 @@ class CheckpointSaver:
         """Raise, without waiting, a background flush or rotation that has failed (its checkpoint was withdrawn)."""
         raise_failed_jobs()
 
-    def finish(self, trainer: pl.Trainer, module: Any, state: TrainerState) -> None:
+    def finish(self, trainer: pl.Trainer, module: Any, state: TrainerState, cleanup: bool = True) -> None:
         """HF's end of training: load the best model (``load_best_model_at_end``), then the ``save_total_limit=1``
-        cleanup (call :meth:`wait_until_written` first)."""
+        cleanup (call :meth:`wait_until_written` first; ``cleanup=False`` skips it)."""
         args = self.args
         if args.load_best_model_at_end and state.best_model_checkpoint is not None:
             load_model_weights(module.model, state.best_model_checkpoint, strict=False)
-        if self.is_saving_process(trainer) and state.best_model_checkpoint is not None \
+        if cleanup and self.is_saving_process(trainer) and state.best_model_checkpoint is not None \
                 and args.save_total_limit == 1:
             # An earlier run's folders are not this run's to delete (see start).
             final_cleanup_for_limit_one(args.output_dir, state.best_model_checkpoint, keep=self.foreign_checkpoints)

@@ -19,6 +19,9 @@ Every HF log also reaches Lightning's metric system (``trainer.callback_metrics`
 evaluations this callback runs; a stop they request (``trainer.should_stop``) becomes HF's
 ``should_training_stop``. From ``setup`` to ``teardown`` Lightning's banners are quiet (:mod:`hf_lightning.console`).
 
+With ``enable_jit_checkpoint`` a SIGTERM (:class:`~hf_lightning.callbacks.jit_checkpoint.JITCheckpoint`) ends
+training at the next safe point — after a step's (or an epoch end's) log → evaluate → save — with a checkpoint.
+
 The work behind each step lives in one helper each: :class:`~hf_lightning.callbacks.log_history.TrainingLog`
 (loss, FLOs, tokens, HF's ``log``), :class:`~hf_lightning.callbacks.evaluation.TrainingEvaluation` (evaluation on
 Lightning's validation loop, best metric), :class:`~hf_lightning.callbacks.checkpoint_saver.CheckpointSaver`
@@ -46,9 +49,11 @@ from hf_lightning.callbacks.hf_api import (
     ProgressCallback,
     TrainerCallback,
 )
+from hf_lightning.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks.log_history import TrainingLog
 from hf_lightning.callbacks.progress_bar import set_train_bar_total, steps_this_epoch
 from hf_lightning.checkpointing.durability import wait_for_flushes
+from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY
 from hf_lightning.console import QuietSpan
 from hf_lightning.hooks import TrainerHooks
 from hf_lightning.optim import fit_optimizer_and_scheduler
@@ -112,6 +117,8 @@ class HFFlowCallback(pl.Callback):
         self.evaluation = TrainingEvaluation(self.events, self._log, eval_loss_full_batch_weight)
         self.saver = CheckpointSaver(args, processing_class, data_collator, write_model=write_model)
         self.resume = CheckpointResume(args, load_weights=None if hooks is None else hooks._load_from_checkpoint)
+        # enable_jit_checkpoint: the SIGTERM handler and the stop at a safe point.
+        self.jit = JITCheckpoint(bool(args.enable_jit_checkpoint))
         self.train_output: TrainOutput | None = None
         self.micro_in_epoch = 0
         self._module: Any = None
@@ -151,6 +158,7 @@ class HFFlowCallback(pl.Callback):
         # Runs before Lightning reads ckpt_path: an HF checkpoint folder goes to the resume, whatever the strategy.
         if stage == "fit":
             self.resume.reset()
+            self.jit.check_can_install()
         _compat.route_checkpoint_loading(trainer, functools.partial(self.resume.read, trainer))
         # An earlier fit's checkpoints finish flushing and rotating before this one looks at output_dir.
         wait_for_flushes()
@@ -158,6 +166,7 @@ class HFFlowCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # The checkpoints saved so far reach the disk before the error surfaces (their failures are only logged:
         # the original error is the one to report).
+        self.jit.restore()
         wait_for_flushes()
         self._quiet.leave()
 
@@ -166,6 +175,8 @@ class HFFlowCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         args, plan = self.args, pl_module.plan
+        # First, after Lightning registered its own SIGTERM handler for the fit (which this one replaces).
+        self.jit.install(trainer)
         self.control = TrainerControl()
         # HF replaces the fresh state by the checkpoint's, then re-applies this run's limits.
         state = self.resume.take_state()
@@ -185,6 +196,7 @@ class HFFlowCallback(pl.Callback):
         if self.resume.folder is not None:
             self.resume.restore_training(trainer, pl_module, state)
         self.logbook.start(pl_module.device)
+        self.resume.restore_logging_window(self.logbook, trainer)
         self.saver.start(trainer, pl_module, state, self.resume.folder, started=self.logbook.start_time)
         self.events.fire("on_train_begin")
         if args.eval_on_start:
@@ -250,6 +262,9 @@ class HFFlowCallback(pl.Callback):
         self.logbook.record_step(outputs["grad_norm"], outputs["learning_rate"])
         self.events.fire("on_step_end")
         self._maybe_log_save_evaluate(trainer, pl_module)
+        if trainer.global_step % pl_module.plan.update_steps_per_epoch:
+            # A step that ends an epoch is a safe point only after the epoch's own log → evaluate → save.
+            self._stop_on_sigterm(trainer, pl_module)
         if self.stop_requested():
             pl_module.stop_epoch_requested = True
 
@@ -261,7 +276,13 @@ class HFFlowCallback(pl.Callback):
             # HF: an epoch without a single batch (an exhausted iterable dataset) stops training.
             self.control.should_training_stop = True
         self.events.fire("on_epoch_end")
+        if self.jit.stopped:
+            # Stopped by a SIGTERM: nothing more is evaluated or saved (HF runs this epoch end's evaluation and
+            # save after its JIT checkpoint, which the resumed run would then not see).
+            trainer.should_stop = True
+            return
         self._maybe_log_save_evaluate(trainer, pl_module)
+        self._stop_on_sigterm(trainer, pl_module)
         if self.control.should_training_stop:
             trainer.should_stop = True
 
@@ -275,8 +296,11 @@ class HFFlowCallback(pl.Callback):
         if self._finish_train_metrics is not None:
             self._finish_train_metrics(metrics)
         self._log(metrics)
-        self.saver.finish(trainer, pl_module, self.state)
+        # After a SIGTERM the checkpoint just written is kept, also with save_total_limit=1 (HF deletes it).
+        self.saver.finish(trainer, pl_module, self.state, cleanup=not self.jit.stopped)
         self.events.fire("on_train_end")
+        # HF puts the previous SIGTERM handler back at on_train_end.
+        self.jit.restore()
         self.train_output = TrainOutput(self.state.global_step, train_loss, metrics)
 
     # ------------------------------------------------------------------ HF's log → evaluate → save
@@ -315,6 +339,25 @@ class HFFlowCallback(pl.Callback):
     def evaluate_in_training(self, step_scheduler: bool = True) -> dict[str, float]:
         """HF's ``_evaluate``: the evaluation a step end runs, then a metric-driven scheduler's step."""
         return self._evaluate(self.logbook.trainer, step_scheduler)
+
+    def _stop_on_sigterm(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``enable_jit_checkpoint``: when any process got a SIGTERM, save ``checkpoint-{global_step}`` and stop.
+
+        Called by every process at each safe point (an optimizer-step boundary after HF's log → evaluate → save).
+        The save is skipped when this step's checkpoint was just written and no training loss awaits logging.
+        """
+        if not self.jit.should_stop_now(trainer):
+            return
+        if self.saver.saved_step != self.state.global_step or self.logbook.has_unlogged_steps():
+            # HF's _save_checkpoint stores the FLOs; no on_save event (HF's JIT save fires none).
+            self.logbook.store_flos()
+            window = self.jit.logging_window(trainer, self.logbook)
+            self.saver.save(trainer, pl_module, self.events, extra_callback_states={JIT_LOGGING_WINDOW_KEY: window})
+            (self.state.stateful_callbacks or {}).pop(JIT_LOGGING_WINDOW_KEY, None)
+        self.jit.stopped = True
+        self.control.should_training_stop = True
+        pl_module.stop_epoch_requested = True
+        trainer.should_stop = True
 
     def _evaluate(self, trainer: pl.Trainer, step_scheduler: bool = True) -> dict[str, float]:
         metrics = self.hooks.evaluate() if self.hooks is not None else self.evaluate()

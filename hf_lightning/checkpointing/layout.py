@@ -14,6 +14,7 @@ __all__ = [
     "CONFIG_NAME",
     "DEEPSPEED_TAG_FILE",
     "FSDP_MODEL_PREFIX",
+    "JIT_LOGGING_WINDOW_KEY",
     "OPTIMIZER_NAME",
     "PREFIX_CHECKPOINT_DIR",
     "RNG_STATE_PREFIX",
@@ -53,6 +54,9 @@ RNG_STATE_PREFIX = "rng_state"
 TRAINER_STATE_NAME = "trainer_state.json"
 TRAINING_ARGS_NAME = "training_args.bin"
 TRAINING_ARGS_JSON_NAME = "training_args.json"
+# The `stateful_callbacks` entry of `trainer_state.json` in which a SIGTERM (`enable_jit_checkpoint`) checkpoint
+# keeps the training-loss sums of the current logging window, so a resume logs the same loss as a run never stopped.
+JIT_LOGGING_WINDOW_KEY = "JITCheckpointLoggingWindow"
 
 # A save in progress, or a deletion, happens under this prefix, which resume and rotation never pick up.
 TEMPORARY_CHECKPOINT_PREFIX = ".tmp-checkpoint-"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,24 @@ def test_gradient_accumulation_syncs_once_per_window_as_hf_ddp(tmp_path):
     assert_log_history_equal(hf["log_history"], ours["log_history"], rtol=0, skip_keys=("eval_loss",))
     for key, value in _weights(hf).items():
         assert torch.equal(_weights(ours)[key], value), key
+
+
+def test_sigterm_reaching_the_ranks_at_different_moments_gives_one_agreed_checkpoint(tmp_path):
+    """enable_jit_checkpoint under DDP: rank 1 gets SIGTERM in the first forward of step 2's window, rank 0 in the
+    second; both agree on step 2, write one checkpoint-2 together (one RNG file each) and exit cleanly."""
+    out, prefix = tmp_path / "out", tmp_path / "r"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(SCRIPT.with_name("jit_ddp_script.py")), str(out), str(prefix), "4", "3"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads(Path(f"{prefix}.{rank}.json").read_text()) for rank in (0, 1)]
+    assert [(r["global_step"], r["stopped"]) for r in ranks] == [(2, True), (2, True)]
+    # The handler found when training started is back on both ranks.
+    assert ranks[0]["handler"] == ranks[1]["handler"] == repr(signal.SIG_DFL)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2"]
+    files = {p.name for p in (out / "checkpoint-2").iterdir()}
+    assert {"rng_state_0.pth", "rng_state_1.pth", "trainer_state.json", "optimizer.pt"} <= files
+    assert json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2

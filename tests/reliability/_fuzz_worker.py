@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 
 import torch
@@ -30,10 +31,20 @@ MAX_STEPS = 30
 #: "plain": a checkpoint every 2 steps, 2 kept, an evaluation every 5 steps. "best": an evaluation every 2 steps, a
 #: checkpoint every 4, only 1 kept besides the best (rotation protects it), the best loaded at the end and the
 #: others deleted then (HF's save_total_limit=1 rule).
+#: "jit" / "jit_best" (the SIGTERM fuzz): the same with ``enable_jit_checkpoint`` and a loss logged every 3 steps,
+#: so a SIGTERM checkpoint usually lands inside a logging window.
 CONFIGS = {
     "plain": dict(save_steps=2, save_total_limit=2, eval_strategy="steps", eval_steps=5),
     "best": dict(save_steps=4, save_total_limit=1, eval_strategy="steps", eval_steps=2, load_best_model_at_end=True),
+    "jit": dict(save_steps=4, save_total_limit=2, eval_strategy="steps", eval_steps=5, logging_steps=3,
+                enable_jit_checkpoint=True),
+    "jit_best": dict(save_steps=4, save_total_limit=1, eval_strategy="steps", eval_steps=2, logging_steps=3,
+                     load_best_model_at_end=True, enable_jit_checkpoint=True),
 }
+#: Where the SIGTERM fuzz signals a run (see _install_sigterm_point): the k-th training forward, backward (inside
+#: autograd, from a gradient hook), first micro-batch of a window (between it and the next one), evaluation
+#: forward, or checkpoint write (as optimizer.pt is written); or after k milliseconds of training.
+SIGTERM_POINTS = ["term_forward", "term_backward", "term_window", "term_eval", "term_save", "term_delay"]
 
 
 class DropoutRegression(nn.Module):
@@ -61,11 +72,67 @@ def _data(n: int, seed: int) -> DictDataset:
 
 
 def _args(out: str, config: str) -> hf_lightning.TrainingArguments:
+    values = {"logging_steps": 1, **CONFIGS[config]}
     return hf_lightning.TrainingArguments(
         output_dir=out, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=MAX_STEPS,
-        logging_steps=1, learning_rate=5e-2, seed=11, report_to="none", use_cpu=True, disable_tqdm=True,
-        **CONFIGS[config],
+        learning_rate=5e-2, seed=11, report_to="none", use_cpu=True, disable_tqdm=True, **values,
     )
+
+
+def _sigterm(times: int = 1) -> None:
+    for _ in range(times):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_sigterm_point(point: str, k: int, model: nn.Module, times: int) -> list:
+    """Send this process ``times`` SIGTERMs the ``k``-th time it reaches ``point`` (see :data:`SIGTERM_POINTS`);
+    returns HF callbacks the run needs for it."""
+    countdown = [k]
+
+    def hit() -> None:
+        countdown[0] -= 1
+        if countdown[0] == 0:
+            _sigterm(times)
+
+    if point in ("term_forward", "term_eval"):
+        wanted = point == "term_forward"
+
+        def inside_forward(module, inputs):
+            if model.training == wanted:
+                hit()
+
+        # A pre-hook of the first layer: the signal lands inside the model's forward.
+        model.inp.register_forward_pre_hook(inside_forward)
+    elif point == "term_backward":
+        model.inp.weight.register_hook(lambda grad: hit())
+    elif point == "term_save":
+        original_torch_save = torch.save
+
+        def save(obj, f, *a, **kw):
+            if str(f).endswith("optimizer.pt"):
+                hit()
+            return original_torch_save(obj, f, *a, **kw)
+
+        torch.save = save
+    elif point == "term_window":
+        class AtSubstep(hf_lightning.TrainerCallback):
+            def on_substep_end(self, args, state, control, **kwargs):
+                hit()
+
+        return [AtSubstep()]
+    elif point == "term_delay":
+        class AfterDelay(hf_lightning.TrainerCallback):
+            timer = None
+
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.timer = threading.Timer(k / 1000, _sigterm, args=(times,))
+                self.timer.start()
+
+            def on_train_end(self, args, state, control, **kwargs):
+                self.timer.cancel()
+
+        return [AfterDelay()]
+    return []
 
 
 def _kill() -> None:
@@ -180,25 +247,40 @@ def train_once(out: str, mode: str, config: str = "plain", point: str = "none", 
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     torch.set_num_threads(1)
-    _install_kill_point(point, k)
+    # The SIGTERM points: "term_<where>" signals once, "term2_<where>" twice in a row.
+    term_point, term_times = point, 1
+    if point.startswith("term2_"):
+        term_point, term_times = "term_" + point[len("term2_"):], 2
+    if term_point.startswith("term_"):
+        # No grace period: the request is taken at the moment the signal arrives (HF waits 3 s).
+        from hf_lightning.callbacks import jit_checkpoint
+
+        jit_checkpoint.KILL_WAIT_SECONDS = 0.0
+    else:
+        _install_kill_point(point, k)
     last = hf_lightning.get_last_checkpoint(out) if os.path.isdir(out) else None
     args = _args(out, config)
     model = DropoutRegression()
+    callbacks = _install_sigterm_point(term_point, k, model, term_times) if term_point.startswith("term_") else []
     train, evald = _data(20, seed=5), _data(8, seed=6)
     if mode == "facade":
-        trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald)
+        trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
+                                       callbacks=callbacks)
         trainer.train(resume_from_checkpoint=last)
-        log_history = trainer.state.log_history
+        flow = trainer.flow
     else:
-        pl_trainer = hf_lightning.build_lightning_trainer(args, enable_progress_bar=False, logger=False)
+        pl_trainer = hf_lightning.build_lightning_trainer(args, callbacks=callbacks, enable_progress_bar=False,
+                                                          logger=False)
         module = hf_lightning.HFLightningModule(model, args)
         datamodule = hf_lightning.HFDataModule(args, train_dataset=train, eval_dataset=evald)
         pl_trainer.fit(module, datamodule=datamodule, ckpt_path=last)
         flow = next(cb for cb in pl_trainer.callbacks if type(cb).__name__ == "HFFlowCallback")
-        log_history = flow.state.log_history
+    log_history = flow.state.log_history
     if result is not None:
         weights = {name: value.tolist() for name, value in model.state_dict().items()}
         temporary = f"{result}.{os.getpid()}.tmp"
         with open(temporary, "w") as f:
-            json.dump({"weights": weights, "log_history": log_history, "finished_at": time.time()}, f)
+            json.dump({"weights": weights, "log_history": log_history, "finished_at": time.time(),
+                       "global_step": flow.state.global_step, "jit_stopped": flow.jit.stopped,
+                       "sigterm_handler": repr(signal.getsignal(signal.SIGTERM))}, f)
         os.replace(temporary, result)

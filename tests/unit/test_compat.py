@@ -191,3 +191,12 @@ def test_checkpoint_wrapper_recomputes_the_layer_and_exposes_it():
     wrapped(x).sum().backward()
     assert len(calls) == 2  # the forward, then its recomputation in the backward
     assert x.grad is not None
+
+
+def test_take_lightning_sigterm_reads_and_clears_lightnings_flag():
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert _compat.take_lightning_sigterm(trainer) is False
+    trainer._signal_connector.received_sigterm = True
+    assert trainer.received_sigterm
+    assert _compat.take_lightning_sigterm(trainer) is True
+    assert not trainer.received_sigterm

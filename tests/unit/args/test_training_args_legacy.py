@@ -155,7 +155,6 @@ def test_4x_values_we_cannot_honour_are_refused(kwargs, message):
 REFUSED = [
     ({"push_to_hub": True}, r"`push_to_hub=True` is not supported .*no hub here"),
     ({"push_to_hub": True, "hub_model_id": "me/model"}, r"`push_to_hub=True` is not supported"),
-    ({"enable_jit_checkpoint": True}, r"`enable_jit_checkpoint=True` is not supported"),
     ({"parallelism_config": {"tp_size": 2}}, r"`parallelism_config=.*` is not supported"),
     ({"trackio_space_id": "me/space"}, r"`trackio_space_id='me/space'` is not supported"),
     ({"trackio_bucket_id": "me/bucket"}, r"`trackio_bucket_id='me/bucket'` is not supported"),
