@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test clean
+.PHONY: demo test test-slow clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# Also the long tests (fuzz trials, extra torchrun variants, the benchmark's quick run): `@pytest.mark.slow`.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider --run-slow
 
 clean:
 	rm -rf $(VENV) demo_output

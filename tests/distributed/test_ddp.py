@@ -89,6 +89,7 @@ def test_ddp_checkpoints_have_one_writer_and_hf_rotation(ddp, tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-checkpoint")]
 
 
+@pytest.mark.slow  # HF's DDP checkpoint files: also compared by the FSDP2 test's launch (HF's run is DDP on CPU)
 def test_hf_ddp_leaves_the_same_checkpoint_files(ddp, tmp_path):
     hf = _launch("hf", tmp_path / "out", tmp_path / "r.json", batch=4, max_steps=6, nproc=2)
     # Differs on purpose: HF pads the last eval round with samples from the start (even_batches) and then keeps
@@ -105,7 +106,8 @@ def test_hf_ddp_leaves_the_same_checkpoint_files(ddp, tmp_path):
         assert ours_files == sorted(p.name for p in (hf_out / name).iterdir())
 
 
-@pytest.mark.parametrize("nproc,batch", [(1, 8), (2, 4)])
+# Resuming under 2 processes is also what the elastic-restart test does; the 2-process variant runs in slow mode.
+@pytest.mark.parametrize("nproc,batch", [(1, 8), pytest.param(2, 4, marks=pytest.mark.slow)])
 def test_resume_from_a_ddp_checkpoint(ddp, tmp_path, nproc, batch):
     import shutil
 

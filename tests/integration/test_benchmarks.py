@@ -39,6 +39,7 @@ def quick_run(tmp_path_factory):
     return json.loads(out.read_text()), proc.stdout
 
 
+@pytest.mark.slow  # the quick run takes about a minute; run with --run-slow
 def test_quick_run_measures_every_training_contender_in_both_settings(quick_run):
     data, _ = quick_run
     assert data["errors"] == []
@@ -55,6 +56,7 @@ def test_quick_run_measures_every_training_contender_in_both_settings(quick_run)
                 "hf_lightning/hf", "hf_lightning/lightning", "hf_lightning/plain"}
 
 
+@pytest.mark.slow  # the quick run takes about a minute; run with --run-slow
 def test_quick_run_evaluation_agrees_with_transformers(quick_run):
     data, _ = quick_run
     evaluation = data["evaluation"]
@@ -67,6 +69,7 @@ def test_quick_run_evaluation_agrees_with_transformers(quick_run):
     assert "hf_lightning" in data["ratios"]["evaluation"]["peak_rss_growth_1x_to_10x"]
 
 
+@pytest.mark.slow  # the quick run takes about a minute; run with --run-slow
 def test_quick_run_checkpoint_and_import_sections(quick_run):
     data, printed = quick_run
     for contender in ("hf", "hf_lightning"):

@@ -34,7 +34,7 @@ from tests.reliability import _fuzz_worker as worker
 POINTS = ["save_model", "model_file", "optimizer", "rng", "trainer_state", "publish", "published", "rotate"]
 _TIMING_KEYS = ("_runtime", "_per_second")
 # (seed, entry point, configuration) of the trials in the default suite.
-_DEFAULT_TRIALS = [(0, "facade", "plain"), (1, "native", "plain"), (2, "facade", "best"), (3, "native", "best")]
+_DEFAULT_TRIALS = [(0, "facade", "plain"), (3, "native", "best")]
 _SLOW_TRIALS = int(os.environ.get("HFL_FUZZ_TRIALS", "200"))
 _SLOW_SEED = int(os.environ.get("HFL_FUZZ_SEED", "1000"))
 
@@ -136,7 +136,7 @@ def test_killed_anywhere_then_resumed_ends_bit_identical(server, reference, tmp_
     _trial(server, reference, tmp_path, seed, mode, config)
 
 
-@pytest.mark.parametrize("mode", ["facade", "native"])
+@pytest.mark.parametrize("mode", ["facade", pytest.param("native", marks=pytest.mark.slow)])
 def test_killed_between_the_last_save_and_its_rotation(server, reference, tmp_path, mode):
     """Found by the fuzz: the final checkpoint published, the kill before its rotation. The restart has no step
     left to train, so no save would rotate; resuming finishes the interrupted rotation."""
