@@ -41,11 +41,16 @@ class _Steps(hf_lightning.TrainerCallback):
 
 
 class _KillAt(hf_lightning.TrainerCallback):
-    def __init__(self, step: int):
+    def __init__(self, step: int, marker: str):
         self.step = step
+        self.marker = marker
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.step:
+            # Left for the test: which process killed itself, at which step (torchrun reports whichever rank of
+            # the group it sees fail first, often the survivor whose collective broke).
+            with open(self.marker, "w") as f:
+                f.write(str(state.global_step))
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -79,7 +84,7 @@ def main():
     steps = _Steps()
     callbacks = [steps]
     if attempt == 0 and rank == 1 and "kill_rank1_at" in options:
-        callbacks.append(_KillAt(int(options["kill_rank1_at"])))
+        callbacks.append(_KillAt(int(options["kill_rank1_at"]), os.path.join(result_dir, "killed-0-rank-1")))
     if attempt == 1 and rank == 0 and "enospc_at" in options:
         _full_disk_at(int(options["enospc_at"]))
     trainer, model = _trainer(out, callbacks)

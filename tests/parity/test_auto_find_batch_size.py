@@ -50,7 +50,7 @@ def _train_batch_sizes(result) -> dict[str, int]:
             for name in result.checkpoints()}
 
 
-@pytest.mark.parametrize("fits_until", [0, 2], ids=["first-forward", "after-two-steps"])
+@pytest.mark.parametrize("fits_until", [pytest.param(0, marks=pytest.mark.slow), 2], ids=["first-forward", "after-two-steps"])
 def test_retries_at_hf_batch_sizes_and_matches_hf(tmp_path, fits_until):
     models = {}
 
