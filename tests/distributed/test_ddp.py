@@ -106,8 +106,9 @@ def test_hf_ddp_leaves_the_same_checkpoint_files(ddp, tmp_path):
         assert ours_files == sorted(p.name for p in (hf_out / name).iterdir())
 
 
-# Resuming under 2 processes is also what the elastic-restart test does; the 2-process variant runs in slow mode.
-@pytest.mark.parametrize("nproc,batch", [(1, 8), pytest.param(2, 4, marks=pytest.mark.slow)])
+# Slow mode (suite time): resuming under 2 processes is also what the elastic-restart test does.
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,batch", [(1, 8), (2, 4)])
 def test_resume_from_a_ddp_checkpoint(ddp, tmp_path, nproc, batch):
     import shutil
 

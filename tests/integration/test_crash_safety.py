@@ -70,8 +70,10 @@ def clean_weights(tmp_path_factory):
     return load_file(str(tmp / "w.safetensors"))
 
 
-# "files" (killed while the files are written) is also among the kill fuzz's deterministic points.
-@pytest.mark.parametrize("where", ["publish", pytest.param("files", marks=pytest.mark.slow)])
+# Slow mode: both points are also among the kill fuzz's deterministic kill points, and the default suite's fuzz trial
+# and kill-before-rotation case kill real saves too.
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["publish", "files"])
 def test_sigkill_while_saving_then_resume(tmp_path, clean_weights, where):
     out = tmp_path / "out"
     killed = _child(tmp_path, out, 6, where, tmp_path / "unused.safetensors")
