@@ -54,7 +54,8 @@ class CheckpointSaver:
         processing_class: saved with every checkpoint.
         data_collator: its tokenizer is saved when there is no processing class.
         write_model: ``write_model(folder)`` writes the model's files of each checkpoint instead of the model's
-            own kind (a ``Trainer`` subclass's ``save_model`` / ``_save``, as HF's ``_save_checkpoint`` calls them).
+            own kind (a ``Trainer`` subclass's ``save_model`` / ``_save``, as HF's ``_save_checkpoint`` calls them:
+            on every process, so that an FSDP2 model's gather meets everywhere).
     """
 
     def __init__(self, args: TrainingArguments, processing_class: Any = None, data_collator: Any = None,

@@ -151,12 +151,18 @@ class ModelState(Protocol):
 
 class WrittenBy:
     """Another :class:`ModelState` whose files are written by a function instead (a ``Trainer`` subclass's
-    ``save_model`` / ``_save``, which HF's ``_save_checkpoint`` calls for every checkpoint); every other step is the
-    wrapped kind's.
+    ``save_model`` / ``_save``, which HF's ``_save_checkpoint`` calls for every checkpoint); loading and the checks
+    are the wrapped kind's.
+
+    As in HF, the function runs on **every** process, in the :meth:`gather` step: HF's ``_save_checkpoint`` calls
+    ``save_model`` on every process, which under FSDP gathers the full state dict (a collective) and then calls
+    ``_save(folder, state_dict=...)`` everywhere (HF's own ``_save`` writes on the saving process only). A sharded
+    model's gather thus meets on every process, whatever the override does around it; :meth:`write` writes nothing
+    more.
 
     Args:
-        base: The model's own kind (gathering, loading, checks).
-        write_model: ``write_model(folder)`` writes the model's files into ``folder``.
+        base: The model's own kind (loading, checks).
+        write_model: ``write_model(folder)`` writes the model's files into ``folder``; called on every process.
     """
 
     def __init__(self, base: ModelState, write_model: Callable[[str], None]) -> None:
@@ -167,10 +173,11 @@ class WrittenBy:
         self.base.prepare(model)
 
     def gather(self, model: torch.nn.Module, folder: str) -> Any:
-        return self.base.gather(model, folder)
+        self.write_model(folder)
+        return None
 
     def write(self, gathered: Any, folder: str) -> None:
-        self.write_model(folder)
+        """Nothing: :meth:`gather` wrote the files."""
 
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
         return self.base.load(model, folder, strict)

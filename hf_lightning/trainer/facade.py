@@ -502,7 +502,8 @@ class Trainer(ProtectedMembers):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Write the model (and processing class, ``training_args.bin``) to ``output_dir`` through ``_save``, as HF
         does. A subclass's ``save_model`` / ``_save`` also writes the model files of every ``checkpoint-N`` (into
-        the folder being staged, as HF's ``_save_checkpoint`` calls them); otherwise the checkpoint writer does."""
+        the folder being staged, called on every process as HF's ``_save_checkpoint`` calls them); otherwise the
+        checkpoint writer does."""
         output_dir = output_dir or self.args.output_dir
         if is_fsdp2_model(self.model):
             # As HF under FSDP: every process takes part in gathering the full weights; the saving one writes.
