@@ -16,8 +16,8 @@ window, as in a run never stopped.
 
 Under DDP / FSDP the signal may reach the processes at different moments (or only some of them). At every
 safe point the processes agree by one small all-reduce whether any of them was asked to stop; then all save the
-same step, and all stop. No process is left waiting in a collective. (Tested under DDP; FSDP saves through the
-same ``CheckpointSaver`` and reduces through the same strategy call.)
+same step, and all stop. No process is left waiting in a collective. (Tested under DDP and FSDP2: under FSDP2
+every process gathers the full state into the one checkpoint through the same ``CheckpointSaver``.)
 
 The flow callback (:class:`~hf_lightning.callbacks.training_flow.HFFlowCallback`) owns one instance and calls it
 at Lightning's hooks; it acts only when ``args.enable_jit_checkpoint`` is set.

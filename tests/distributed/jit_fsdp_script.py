@@ -7,7 +7,7 @@ where ``s<r>`` is what rank ``r`` does: ``null`` (no SIGTERM) or ``[point, k]`` 
 sends itself the ``k``-th time it reaches ``point``:
 
 - ``forward`` / ``eval``: inside a training / evaluation forward (a pre-hook of the first block's layer);
-- ``backward``: inside the backward (a gradient hook, i.e. inside autograd);
+- ``backward``: inside the backward (a gradient hook on the first block's layer output, i.e. inside autograd);
 - ``window``: between the micro-batches of an accumulation window (HF's ``on_substep_end``);
 - ``save``: while a checkpoint file of this process is written (its ``torch.save`` into the staging folder);
 - ``delay``: ``k`` milliseconds after training began (a timer thread).
@@ -124,7 +124,12 @@ class _Signal:
             handle = model.blocks[0].lin.register_forward_pre_hook(inside_forward)
             self.undo_steps.append(handle.remove)
         elif point == "backward":
-            handle = model.blocks[0].lin.weight.register_hook(lambda grad: self.hit())
+            # fully_shard replaces the parameters (a hook on one now would never run): hook the layer's output.
+            def on_output(module, inputs, output):
+                if model.training and output.requires_grad:
+                    output.register_hook(lambda grad: self.hit())
+
+            handle = model.blocks[0].lin.register_forward_hook(on_output)
             self.undo_steps.append(handle.remove)
         elif point == "save":
             real_save = torch.save
