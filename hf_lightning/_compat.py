@@ -176,3 +176,14 @@ def take_lightning_sigterm(trainer: pl.Trainer) -> bool:
     received = bool(connector.received_sigterm)
     connector.received_sigterm = False
     return received
+
+
+def slurm_requeue_signal(trainer: pl.Trainer) -> int | None:
+    """The signal Lightning's ``SLURMEnvironment`` requeues the job on, when this fit runs under one with
+    ``auto_requeue`` (Lightning installs its handler for it during the fit); ``None`` otherwise."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    environment = trainer._accelerator_connector.cluster_environment
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue and environment.requeue_signal:
+        return environment.requeue_signal
+    return None

@@ -19,6 +19,12 @@ safe point the processes agree by one small all-reduce whether any of them was a
 same step, and all stop. No process is left waiting in a collective. (Tested under DDP and FSDP2: under FSDP2
 every process gathers the full state into the one checkpoint through the same ``CheckpointSaver``.)
 
+Under Lightning's ``SLURMEnvironment`` with ``auto_requeue`` (a SLURM job step), the requeue signal (SIGUSR1 unless
+set otherwise; ``sbatch --signal=USR1@<seconds>``) is handled the same way while training runs, and when the run
+has stopped with its checkpoint on disk the main process asks SLURM to requeue the job (``scontrol requeue``, as
+Lightning's own handler does). Lightning's handler would instead save a Lightning ``hpc_ckpt_*.ckpt`` in the middle
+of a step, which it then loads on restart in place of the ``checkpoint-N`` folder.
+
 The flow callback (:class:`~hf_lightning.callbacks.training_flow.HFFlowCallback`) owns one instance and calls it
 at Lightning's hooks; it acts only when ``args.enable_jit_checkpoint`` is set.
 """
@@ -26,7 +32,10 @@ at Lightning's hooks; it acts only when ``args.enable_jit_checkpoint`` is set.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
+import subprocess
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +74,10 @@ class JITCheckpoint:
         self._installed = False
         self._previous: Any = None
         self._timer: threading.Timer | None = None
+        # SLURM: the requeue signal while training runs (number, handler found), and whether it was received.
+        self._requeue_signal: int | None = None
+        self._previous_requeue: Any = None
+        self._requeue_asked = False
 
     # ------------------------------------------------------------------ the handler
     def check_can_install(self) -> None:
@@ -82,11 +95,14 @@ class JITCheckpoint:
         handler under DDP); ours replaces it while training runs. A SIGTERM Lightning caught between its
         registration and now becomes our request.
         """
-        self.stopped = self._signalled = self._requested = False
+        self.stopped = self._signalled = self._requested = self._requeue_asked = False
         if not self.enabled:
             return
         self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         self._installed = True
+        self._requeue_signal = _compat.slurm_requeue_signal(trainer)
+        if self._requeue_signal is not None:
+            self._previous_requeue = signal.signal(self._requeue_signal, self._on_requeue_signal)
         if _compat.take_lightning_sigterm(trainer):
             self._on_sigterm(signal.SIGTERM, None)
 
@@ -98,8 +114,36 @@ class JITCheckpoint:
             self._timer = None
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+            if self._requeue_signal is not None:
+                previous = self._previous_requeue
+                signal.signal(self._requeue_signal, previous if previous is not None else signal.SIG_DFL)
             self._installed = False
-            self._previous = None
+            self._previous = self._previous_requeue = self._requeue_signal = None
+
+    def _on_requeue_signal(self, signum: int, frame: Any) -> None:
+        # SLURM's requeue signal: the same checkpoint and stop as a SIGTERM, then a requeue once the run ended.
+        self._requeue_asked = True
+        self._on_sigterm(signum, frame)
+
+    def requeue(self, trainer: pl.Trainer) -> None:
+        """After a stop on SLURM's requeue signal (its checkpoint on disk): ask SLURM to requeue this job, from
+        the main process only, as Lightning's own requeue handler does (``scontrol requeue <job id>``)."""
+        if not (self.stopped and self._requeue_asked and trainer.is_global_zero):
+            return
+        array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job_id = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID", "")
+        if not re.fullmatch(r"[0-9_-]+", job_id):
+            logger.warning("Not requeued: SLURM_JOB_ID=%r is not a SLURM job id.", job_id)
+            return
+        try:
+            result = subprocess.run(["scontrol", "requeue", job_id], check=False).returncode
+        except FileNotFoundError:
+            logger.warning("Not requeued: `scontrol` was not found on PATH (job %s).", job_id)
+            return
+        if result == 0:
+            logger.info("Requeued SLURM job %s.", job_id)
+        else:
+            logger.warning("Requeueing SLURM job %s failed: `scontrol requeue` exited with %s.", job_id, result)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         # Only the first SIGTERM counts: a second one (an impatient orchestrator) starts no second wait or save.

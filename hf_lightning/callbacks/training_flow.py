@@ -299,6 +299,8 @@ class HFFlowCallback(pl.Callback):
         # After a SIGTERM the checkpoint just written is kept, also with save_total_limit=1 (HF deletes it).
         self.saver.finish(trainer, pl_module, self.state, cleanup=not self.jit.stopped)
         self.events.fire("on_train_end")
+        # Stopped on SLURM's requeue signal: the checkpoint is on disk, so the job may be requeued.
+        self.jit.requeue(trainer)
         # HF puts the previous SIGTERM handler back at on_train_end.
         self.jit.restore()
         self.train_output = TrainOutput(self.state.global_step, train_loss, metrics)

@@ -200,3 +200,25 @@ def test_take_lightning_sigterm_reads_and_clears_lightnings_flag():
     assert trainer.received_sigterm
     assert _compat.take_lightning_sigterm(trainer) is True
     assert not trainer.received_sigterm
+
+
+def test_slurm_requeue_signal_is_lightnings_slurm_environments_own(monkeypatch):
+    import signal
+
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    for key in ("SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_JOB_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    plain = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert _compat.slurm_requeue_signal(plain) is None
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0",
+                       "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
+        monkeypatch.setenv(key, value)
+    slurm = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert _compat.slurm_requeue_signal(slurm) == signal.SIGUSR1
+    own = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     plugins=[SLURMEnvironment(requeue_signal=signal.SIGUSR2)])
+    assert _compat.slurm_requeue_signal(own) == signal.SIGUSR2
+    off = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     plugins=[SLURMEnvironment(auto_requeue=False)])
+    assert _compat.slurm_requeue_signal(off) is None

@@ -10,6 +10,7 @@ import time
 
 import lightning.pytorch as pl
 import pytest
+import torch
 
 import hf_lightning
 from hf_lightning.callbacks import jit_checkpoint
@@ -111,11 +112,12 @@ def test_refused_outside_the_main_thread():
     assert len(errors) == 1 and "enable_jit_checkpoint" in errors[0] and "main thread" in errors[0]
 
 
-def test_under_lightnings_slurm_environment_sigterm_still_checkpoints_and_requeue_stays_on_sigusr1(
+def test_under_lightnings_slurm_environment_sigterm_still_checkpoints_and_requeue_signal_is_taken_over(
         tmp_path, monkeypatch, previous_handler):
-    """A SLURM job step (environment as srun sets it): Lightning's SLURMEnvironment with auto-requeue registers its
-    requeue handler on SIGUSR1 for the fit; SIGTERM (sbatch --signal=TERM@<s>, or a preemption) still ends in
-    the SIGTERM checkpoint and a clean stop, and both handlers are what they were before the fit afterwards."""
+    """A SLURM job step (environment as srun sets it): Lightning's SLURMEnvironment with auto-requeue; while
+    training runs its requeue signal (SIGUSR1) is ours, SIGTERM (sbatch --signal=TERM@<s>, or a preemption) still
+    ends in the SIGTERM checkpoint and a clean stop with no requeue, and both handlers are what they were before
+    the fit afterwards."""
     handler, calls = previous_handler
     for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0",
                        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
@@ -137,10 +139,87 @@ def test_under_lightnings_slurm_environment_sigterm_still_checkpoints_and_requeu
                                                       enable_progress_bar=False, logger=False)
     module = hf_lightning.HFLightningModule(DropoutRegression(), args)
     pl_trainer.fit(module, datamodule=hf_lightning.HFDataModule(args, train_dataset=_data(20, seed=5)))
-    assert "_slurm_sigusr_handler_fn" in repr(getattr(seen["sigusr1"], "signal_handlers", seen["sigusr1"]))
+    assert getattr(seen["sigusr1"], "__func__", None) is JITCheckpoint._on_requeue_signal
     assert pl_trainer.global_step == 3 and sorted(os.listdir(tmp_path)) == ["checkpoint-3"]
     assert signal.getsignal(signal.SIGTERM) is handler and calls == []
     assert signal.getsignal(signal.SIGUSR1) == usr1_before
+
+
+class _SignalAt(hf_lightning.TrainerCallback):
+    """Sends this process ``signum`` once, when the step after ``step`` begins; records the handler of ``watch``."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        self.step, self.signum, self.handlers = step, signum, []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.handlers.append(signal.getsignal(self.signum))
+        if state.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+def _slurm_job(monkeypatch, tmp_path, job_id="4242"):
+    """The environment srun sets for a one-task job step, and a fake ``scontrol`` on PATH recording its calls."""
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0",
+                       "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
+        monkeypatch.setenv(key, value)
+    bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol_calls.txt"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def test_slurms_requeue_signal_saves_at_a_step_boundary_requeues_and_the_requeued_run_resumes_exactly(
+        tmp_path, monkeypatch):
+    """Under Lightning's SLURMEnvironment (auto-requeue on SIGUSR1, ``sbatch --signal=USR1@<s>``), the requeue
+    signal in the middle of training ends like a SIGTERM: checkpoint-3 at the step boundary and a clean stop, then
+    ``scontrol requeue <job id>`` once, from the main process. No Lightning ``hpc_ckpt`` is written anywhere, and the
+    requeued job resumed from ``get_last_checkpoint`` ends equal to a run never interrupted (dropout on)."""
+    calls = _slurm_job(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(jit_checkpoint, "KILL_WAIT_SECONDS", 0.0)
+    usr1_before = signal.getsignal(signal.SIGUSR1)
+
+    def run(out, callbacks=(), resume=None, jit=True):
+        args = hf_lightning.TrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=6,
+            logging_steps=2, save_steps=100, learning_rate=5e-2, seed=11, report_to="none", use_cpu=True,
+            disable_tqdm=True, enable_jit_checkpoint=jit,
+        )
+        trainer = hf_lightning.Trainer(model=DropoutRegression(), args=args, train_dataset=_data(40, seed=5),
+                                       callbacks=list(callbacks))
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    signaller = _SignalAt(step=2, signum=signal.SIGUSR1)
+    stopped = run(tmp_path / "out", [signaller])
+    assert stopped.state.global_step == 3 and sorted(os.listdir(tmp_path / "out")) == ["checkpoint-3"]
+    assert calls.read_text().split("\n") == ["requeue 4242", ""]
+    assert getattr(signaller.handlers[0], "__func__", None) is JITCheckpoint._on_requeue_signal
+    assert signal.getsignal(signal.SIGUSR1) == usr1_before
+    assert not [p for p in tmp_path.rglob("*") if p.suffix == ".ckpt" or p.name.startswith("hpc_ckpt")]
+
+    resumed = run(tmp_path / "out", resume=hf_lightning.get_last_checkpoint(str(tmp_path / "out")))
+    whole = run(tmp_path / "whole", jit=False)
+    assert resumed.state.global_step == 6 and calls.read_text().count("requeue") == 1
+    assert resumed.state.log_history[:-1] == whole.state.log_history[:-1]
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], value), name
+
+
+def test_without_slurm_the_requeue_signal_is_left_alone(tmp_path, monkeypatch, previous_handler):
+    """Outside a SLURM job step nothing but SIGTERM is taken over; no requeue is attempted."""
+    for key in ("SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_JOB_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    usr1_before = signal.getsignal(signal.SIGUSR1)
+    jit = JITCheckpoint(enabled=True, kill_wait=0.0)
+    jit.install(trainer)
+    try:
+        assert signal.getsignal(signal.SIGUSR1) == usr1_before
+    finally:
+        jit.restore()
 
 
 def test_a_sigterm_lightnings_handler_caught_before_training_started_becomes_the_request(tmp_path, monkeypatch):
