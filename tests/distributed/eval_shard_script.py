@@ -1,10 +1,11 @@
 """Run by test_eval_shards.py, under torchrun or plainly (the one-process reference).
 
-usage: eval_shard_script.py <output_dir> <result prefix>
+usage: eval_shard_script.py <output_dir> <result prefix> [fsdp]
 
 Every process writes ``<result prefix>.<rank>.pkl``: what each evaluation phase returned and handed to
 ``compute_metrics``, and which examples this process read from each eval set in each phase. The test runs the
-one-process reference in its own process through :func:`run`.
+one-process reference in its own process through :func:`run`. With ``fsdp``, the processes run every phase under
+FSDP2 (``fsdp_config`` version 2), so each forward gathers the parameters from both processes.
 """
 
 import os
@@ -44,7 +45,7 @@ def numpy_tree(value):
     return value
 
 
-def run(out):
+def run(out, fsdp=False):
     """Every phase's results, and the trainers (kept alive by the caller, see the bottom of the file)."""
     import torchmetrics
     from torchmetrics.classification import MulticlassAccuracy
@@ -84,6 +85,8 @@ def run(out):
                     learning_rate=0.0, eval_strategy="steps", eval_steps=1, save_strategy="no", logging_steps=1,
                     report_to="none", use_cpu=True, disable_tqdm=True, seed=42,
                     include_for_metrics=["inputs", "loss"])
+        if fsdp:
+            base.update(fsdp=True, fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["GPT2Block"]})
         base.update(kw)
         return lib.TrainingArguments(**base)
 
@@ -128,14 +131,31 @@ def run(out):
                           data_collator=pad_collator, compute_metrics=batch_metrics)
     phase("batch_metrics", lambda: batched.evaluate(var))
 
-    return results, (trainer, listed, batched, model)
+    # load_best_model_at_end: the best checkpoint is the first (this learning rate overshoots: the loss goes up), so
+    # evaluate() after training reports its weights, loaded into the (sharded) model, not the last step's.
+    best = lib.Trainer(model=tiny_gpt2(), args=args(max_steps=2, learning_rate=0.05, save_strategy="steps",
+                                                   save_steps=1, load_best_model_at_end=True,
+                                                   metric_for_best_model="loss", greater_is_better=False,
+                                                   include_for_metrics=[]),
+                       train_dataset=train, eval_dataset=fixed, data_collator=pad_collator)
+
+    def best_model_evaluation():
+        best.train()
+        evals = [e["eval_loss"] for e in best.state.log_history if "eval_loss" in e]
+        return {"evals": evals, "best": os.path.basename(best.state.best_model_checkpoint),
+                "after": best.evaluate()}
+
+    phase("best", best_model_evaluation)
+
+    return results, (trainer, listed, batched, best, model)
 
 
 def main():
     out, prefix = sys.argv[1:3]
-    results, kept = run(out)
+    results, kept = run(out, fsdp="fsdp" in sys.argv[3:])
     with open(f"{prefix}.{os.environ.get('RANK', '0')}.pkl", "wb") as f:
-        pickle.dump({"world": int(os.environ.get("WORLD_SIZE", "1")), "results": results}, f)
+        pickle.dump({"world": int(os.environ.get("WORLD_SIZE", "1")), "results": results,
+                     "model_class": type(kept[0].model).__name__}, f)
     kept[0].end()
     return kept
 

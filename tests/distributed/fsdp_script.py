@@ -3,6 +3,8 @@
 usage: fsdp_script.py <lib: hf|ours> <output_dir> <result.json> [max_steps=N] [ga=N] [sdt=FULL|SHARDED] [resume]
     [evaluate] [save_model=DIR]
     [fsdp=0]   (fsdp=0: no fsdp arguments, a plain run, e.g. one process resuming an FSDP checkpoint)
+    [dropout=0] [bf16] [ac] [offload]   (no dropout; bf16 mixed precision; fsdp_config activation_checkpointing;
+    fsdp_config cpu_offload)
 
 The data has rows of different lengths, so each process's window holds a different number of label tokens and
 ``num_items_in_batch`` must be summed across processes (``average_tokens_across_devices``). Dropout is on.
@@ -20,12 +22,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from tests.helpers.models import pad_collator, padded_lm_data  # noqa: E402
 
 
-def _model():
+def _model(dropout=0.1):
     from transformers import GPT2Config, GPT2LMHeadModel, set_seed
 
     set_seed(42)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=96, n_positions=16, resid_pdrop=0.1,
-                        embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=96, n_positions=16, resid_pdrop=dropout,
+                        embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(config)
 
 
@@ -51,16 +53,17 @@ def main():
     if opts.get("fsdp", "1") == "1":
         fsdp = {"fsdp": True, "fsdp_config": {
             "version": 2, "transformer_layer_cls_to_wrap": ["GPT2Block"],
-            "state_dict_type": f"{opts.get('sdt', 'FULL')}_STATE_DICT"}}
+            "state_dict_type": f"{opts.get('sdt', 'FULL')}_STATE_DICT",
+            "activation_checkpointing": "ac" in sys.argv[4:], "cpu_offload": "offload" in sys.argv[4:]}}
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = lib.TrainingArguments(
         output_dir=out, per_device_train_batch_size=int(opts.get("batch", 4 if world > 1 else 8)),
         per_device_eval_batch_size=4, gradient_accumulation_steps=int(opts.get("ga", 2)),
         max_steps=int(opts.get("max_steps", 4)), logging_steps=1, eval_strategy="steps", eval_steps=2,
         save_steps=2, save_total_limit=2, learning_rate=3e-3, max_grad_norm=0.5, report_to="none", use_cpu=True,
-        disable_tqdm=True, seed=42, **fsdp,
+        disable_tqdm=True, seed=42, bf16="bf16" in sys.argv[4:], **fsdp,
     )
-    model = _model()
+    model = _model(float(opts.get("dropout", 0.1)))
     trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
                           data_collator=pad_collator)
     if lib_name == "hf":

@@ -1,5 +1,10 @@
-"""Sharded evaluation on 2 CPU processes (gloo, torchrun): each process evaluates its own share, and every result
-equals a one-process run (run here, in this process, by the same script)."""
+"""Sharded evaluation on 2 CPU processes (gloo, torchrun), under DDP and under FSDP2: each process evaluates its own
+share, and every result equals a one-process run (run here, in this process, by the same script).
+
+Under FSDP2 every forward is a collective (the parameters are gathered from both processes), so a process with one
+eval batch fewer than the other must still run a forward while the other runs its extra batch; the ``fixed`` set
+gives the processes different batch counts.
+"""
 
 import math
 import os
@@ -18,27 +23,42 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZES = {"var": 11, "fixed": 10}
 # Timings and the model-preparation time differ between runs; `epoch` is compared by the training tests.
 UNTIMED = ("runtime", "per_second", "preparation_time")
-PHASES = ("train", "evaluate", "predict", "evaluate_lists", "predict_lists", "batch_metrics")
+PHASES = ("train", "evaluate", "predict", "evaluate_lists", "predict_lists", "batch_metrics", "best")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """The one-process reference and both 2-process runs (DDP, FSDP2), launched together."""
     tmp = tmp_path_factory.mktemp("eval_shards")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT),
-           str(tmp / "out"), str(tmp / "two")]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
+    procs = {}
+    for strategy in STRATEGIES:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT),
+               str(tmp / f"out-{strategy}"), str(tmp / strategy)] + (["fsdp"] if strategy == "fsdp" else [])
+        procs[strategy] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                           cwd=str(ROOT))
     # The one-process reference runs here while the two processes run.
     one, _ = eval_shard_script.run(str(tmp / "one"))
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-4000:]
-    two = []
-    for rank in (0, 1):
-        data = pickle.loads((tmp / f"two.{rank}.pkl").read_bytes())
-        assert data["world"] == 2
-        two.append(data["results"])
+    two = {}
+    for strategy, proc in procs.items():
+        try:
+            # A process waiting in a collective the other never joins hangs: fail instead of waiting forever.
+            _, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+            pytest.fail(f"the 2-process {strategy} run hung:\n{stderr[-4000:]}")
+        assert proc.returncode == 0, f"{strategy}:\n{stderr[-4000:]}"
+        two[strategy] = []
+        for rank in (0, 1):
+            data = pickle.loads((tmp / f"{strategy}.{rank}.pkl").read_bytes())
+            assert data["world"] == 2
+            # FSDP2's fully_shard gives the model a new class (FSDPGPT2LMHeadModel): really sharded.
+            assert data["model_class"].startswith("FSDP") == (strategy == "fsdp"), data["model_class"]
+            two[strategy].append(data["results"])
     return one, two
 
 
@@ -62,16 +82,23 @@ def assert_same(expected, actual, path=""):
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_each_process_evaluates_its_share_and_gets_the_one_process_results(runs, phase):
-    one, two = runs
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_process_evaluates_its_share_and_gets_the_one_process_results(runs, strategy, phase):
+    one, two = runs[0], runs[1][strategy]
     if phase == "train":
         assert len(one["train"]["value"]) == 2  # the evaluation during training, one entry per eval set
-    # Each example is read once, by one process, and no process reads more than ceil(n / 2).
+    if phase == "best":
+        # Two evaluations during training, then evaluate() on the best (first) checkpoint's weights, loaded.
+        best = one["best"]["value"]
+        assert best["best"] == "checkpoint-1" and best["evals"][0] < best["evals"][1]
+        assert best["after"]["eval_loss"] == pytest.approx(best["evals"][0], rel=1e-6)
+    # Each example is read once per pass, by one process, and no process reads more than ceil(n / 2) per pass.
     for name, reads in one[phase]["reads"].items():
-        assert sorted(reads) == list(range(SIZES[name]))
+        passes = len(reads) // SIZES[name]
+        assert passes >= 1 and sorted(reads) == sorted(list(range(SIZES[name])) * passes)
         shares = [two[rank][phase]["reads"][name] for rank in (0, 1)]
-        assert all(len(share) <= math.ceil(SIZES[name] / 2) for share in shares), (name, shares)
-        assert sorted(shares[0] + shares[1]) == list(range(SIZES[name])), (name, shares)
+        assert all(len(share) <= passes * math.ceil(SIZES[name] / 2) for share in shares), (name, shares)
+        assert sorted(shares[0] + shares[1]) == sorted(reads), (name, shares)
     # Metrics (eval_loss, compute_metrics, streaming torchmetrics, batch-wise compute_metrics), what
     # compute_metrics received (predictions, labels, inputs, losses in dataset order, padded with -100), and
     # predict()'s outputs, concatenated or as lists of batches, on every process.

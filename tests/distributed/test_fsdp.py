@@ -149,3 +149,43 @@ def test_fsdp2_checkpoint_resumes_in_one_process_as_hf_does(runs, tmp_path):
     ours, hf = _launch_all(*starts)
     _assert_weights_close(_weights(ours), _weights(hf))
     assert_log_history_equal(hf["log_history"], ours["log_history"])
+
+
+def _global_relative_difference(actual, expected):
+    num = sum(float(((actual[k] - v) ** 2).sum()) for k, v in expected.items())
+    return (num / sum(float((v ** 2).sum()) for v in expected.values())) ** 0.5
+
+
+@pytest.mark.slow
+def test_fsdp2_options_train_as_without_them(tmp_path):
+    # Dropout off, so two processes can be compared with one: activation checkpointing and cpu_offload (it runs on
+    # CPU processes: the shards stay in CPU memory) change nothing in the numbers; bf16 mixed precision (parameters
+    # gathered and gradients reduced in bf16) trains as one bf16 process does, within bf16's precision.
+    variants = {"plain": (2,), "ac": (2, "ac"), "offload": (2, "offload"), "bf16": (2, "bf16"),
+                "one": (1, "fsdp=0"), "one_bf16": (1, "fsdp=0", "bf16")}
+    results = _launch_all(*[("ours", tmp_path / name, tmp_path / f"{name}.json", nproc, "dropout=0", *opts)
+                            for name, (nproc, *opts) in variants.items()])
+    runs = dict(zip(variants, results))
+    for name in ("plain", "ac", "offload", "bf16"):
+        assert runs[name]["world"] == 2 and runs[name]["model_class"].startswith("FSDP"), name
+    for name in ("ac", "offload"):
+        assert_log_history_equal(runs["plain"]["log_history"], runs[name]["log_history"])
+        _assert_weights_close(_weights(runs[name]), _weights(runs["plain"]))
+    # Two processes against one: the same training log; the weights as close as the summation order allows
+    # (AdamW's first steps move a parameter whose gradient is nearly 0 by a whole learning rate either way). The
+    # eval_loss differs on purpose: a batch split between the processes averages its tokens per part
+    # (docs/distributed.md, "Evaluation and prediction").
+    def training_rows(run):
+        return [{k: row[k] for k in ("loss", "grad_norm", "learning_rate", "step")}
+                for row in run["log_history"] if "loss" in row]
+
+    for two, one, rel in (("plain", "one", 1e-5), ("bf16", "one_bf16", 5e-3)):
+        expected, actual = training_rows(runs[one]), training_rows(runs[two])
+        assert [row["step"] for row in actual] == [row["step"] for row in expected] == [1, 2, 3, 4]
+        for e, a in zip(expected, actual):
+            for key in ("loss", "grad_norm", "learning_rate"):
+                assert a[key] == pytest.approx(e[key], rel=rel), (two, key, a["step"])
+    assert _global_relative_difference(_weights(runs["plain"]), _weights(runs["one"])) < 1e-4
+    assert _global_relative_difference(_weights(runs["bf16"]), _weights(runs["one_bf16"])) < 2e-2
+    # bf16 really changed the arithmetic.
+    assert _global_relative_difference(_weights(runs["bf16"]), _weights(runs["plain"])) > 1e-4

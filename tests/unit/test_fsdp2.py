@@ -90,11 +90,11 @@ def test_version_1_is_refused_on_the_cpu_and_unknown_versions_everywhere(tmp_pat
         resolve_strategy(_both(tmp_path, True, {"version": 3})[1], world_size=2, on_cpu=False)
 
 
-def test_cpu_offload_on_a_cpu_run_is_refused(tmp_path):
-    # torch's CPUOffloadPolicy needs an accelerator; on the CPU the parameters are there already.
-    with pytest.raises(ValueError, match=r"cpu_offload.*CPU.*Drop the offload"):
-        resolve_strategy(_both(tmp_path, "full_shard offload", None)[1], world_size=2, on_cpu=True)
-    cls, kwargs = resolve_strategy(_both(tmp_path, "full_shard offload", None)[1], world_size=2, on_cpu=False)
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_cpu_offload_is_accepted_on_the_cpu_and_on_gpus(tmp_path, on_cpu):
+    # torch's CPUOffloadPolicy trains on CPU processes too (the shards stay in CPU memory): the slow torchrun test
+    # test_fsdp2_options_train_as_without_them runs it.
+    cls, kwargs = resolve_strategy(_both(tmp_path, "full_shard offload", None)[1], world_size=2, on_cpu=on_cpu)
     assert kwargs["plan"].cpu_offload is True
 
 

@@ -1,0 +1,31 @@
+"""``benchmarks/fsdp_steps.py --quick``: the FSDP2 step-time benchmark runs every contender end to end on 2
+processes (its numbers mean nothing), hf_lightning really shards, and it ends with transformers' ``train_loss``."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_run_times_hf_hf_lightning_and_a_plain_fsdp2_loop(tmp_path):
+    out = tmp_path / "fsdp_steps.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fsdp_steps.py"), "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert data["quick"] is True and set(data["workloads"]) == {"tiny"}
+    tiny = data["workloads"]["tiny"]
+    assert set(tiny["seconds_per_step"]) == {"hf", "hf_lightning", "fsdp2_loop"}
+    assert all(v > 0 for v in tiny["seconds_per_step"].values())
+    assert tiny["ratio"] == pytest.approx(tiny["seconds_per_step"]["hf_lightning"] / tiny["seconds_per_step"]["hf"])
+    # HF's "FSDP2" on CPU processes is DDP; ours is FSDP2's fully_shard.
+    assert tiny["model_class"]["hf"] == "DistributedDataParallel"
+    assert tiny["model_class"]["hf_lightning"].startswith("FSDP")
+    assert tiny["same_loss"] and tiny["train_loss"]["hf_lightning"] == pytest.approx(tiny["train_loss"]["hf"], rel=1e-4)
+    assert len(data["meta"]["load_average_before"]) == 3
+    assert "hf_lightning / hf" in proc.stdout
