@@ -307,35 +307,55 @@ def local_ray(monkeypatch):
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+class _FailOnce:
+    """Raises once at step 4 of the trial with ``learning_rate=3e-2`` (a file marks that it did, across Ray's
+    worker processes), so Ray restarts that trial from the checkpoint it reported at step 3."""
+
+    def __init__(self, lib, marker):
+        self.callback = type("FailOnce", (lib.TrainerCallback,), {"on_step_end": self.on_step_end})()
+        self.marker = marker
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 4 and args.learning_rate == 3e-2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("a trial failure Ray retries")
+
+
 def _ray_search(kind, tmp_path):
     from ray import tune
 
-    trainer = _trainer(_lib(kind), tmp_path / kind)
+    lib = _lib(kind)
+    trainer = _trainer(lib, tmp_path / kind)
+    trainer.add_callback(_FailOnce(lib, str(tmp_path / f"failed-{kind}")).callback)
     space = {"learning_rate": tune.grid_search([1e-3, 3e-2]), "seed": 7}
     best = trainer.hyperparameter_search(backend="ray", hp_space=lambda trial: space, n_trials=1,
                                          storage_path=str(tmp_path / f"ray-{kind}"), name="search",
-                                         reuse_actors=True, verbose=0)
+                                         reuse_actors=True, verbose=0, max_failures=1)
     results = {}
     for trial in sorted(best.run_summary.trials, key=lambda t: t.trial_id):
         with open(os.path.join(trial.path, "result.json")) as f:
             rows = [json.loads(line) for line in f]
         checkpoints = sorted(name for name in os.listdir(trial.path) if name.startswith("checkpoint_"))
-        results[trial.trial_id] = (trial.config, rows, {c: _tree(os.path.join(trial.path, c)) for c in checkpoints})
+        results[trial.trial_id] = (trial.config, rows, {c: _tree(os.path.join(trial.path, c)) for c in checkpoints},
+                                   trial.num_failures)
     return trainer, best, results
 
 
 @pytest.mark.slow
 def test_ray_search_matches_hf(tmp_path, local_ray):
     """Through a real local Ray: the same trials, reported results (objective bit-identical), Ray checkpoints,
-    best run, run folders and trial state as transformers.Trainer's search."""
+    best run, run folders and trial state as transformers.Trainer's search; the second trial fails once at step 4
+    and Ray resumes it from its step-3 checkpoint in a new worker."""
     hf_trainer, hf_best, hf_results = _ray_search("hf", tmp_path)
     trainer, best, results = _ray_search("ours", tmp_path)
 
     assert list(results) == list(hf_results) == ["trial_00000", "trial_00001"]
-    for trial_id, (config, rows, checkpoints) in results.items():
-        hf_config, hf_rows, hf_checkpoints = hf_results[trial_id]
+    for trial_id, (config, rows, checkpoints, failures) in results.items():
+        hf_config, hf_rows, hf_checkpoints, hf_failures = hf_results[trial_id]
         assert config == hf_config and checkpoints == hf_checkpoints
+        assert failures == hf_failures == (1 if trial_id == "trial_00001" else 0)
         assert [r["training_iteration"] for r in rows] == [1, 2]
+        assert [r["epoch"] for r in rows] == [1.0, 2.0]
         for row, hf_row in zip(rows, hf_rows, strict=True):
             assert {k for k in row if k.startswith("eval_")} == {k for k in hf_row if k.startswith("eval_")}
             for key in ("eval_loss", "objective", "epoch"):
