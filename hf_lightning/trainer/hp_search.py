@@ -5,10 +5,11 @@ Each trial runs the trainer's ordinary ``train()`` (Lightning's loop) with HF 5.
 - the seed is set from the arguments, ``model_init`` builds a fresh model (given the trial when it takes one
   argument), and only *then* are the trial's hyperparameters (``hp_space(trial)``) written onto ``args`` — cast to
   the type of the current value, unknown names skipped with a warning. The values stay on ``args`` after the trial,
-  so the next trial's model is built with the previous trial's seed, as in HF;
-- checkpoints go to ``output_dir/run-<trial number>`` (Ray: ``run-<trial id>``, or ``output_dir/<hp_name(trial)>``);
-- after every evaluation during training the objective (``compute_objective(metrics)``) is reported to the trial,
-  and a trial the pruner stops fires ``on_train_end`` and raises ``optuna.TrialPruned``;
+  so the next Optuna trial's model is built with the previous trial's seed, as in HF (a Ray trial starts from a
+  copy of the trainer as the search found it);
+- checkpoints go to ``output_dir/run-<trial number>`` (Ray: ``run-<trial id>``), or ``output_dir/<hp_name(trial)>``;
+- after every evaluation during training the objective (``compute_objective(metrics)``) is reported to the trial;
+  a trial Optuna's pruner stops fires ``on_train_end`` and raises ``optuna.TrialPruned``;
 - a trial whose training never evaluated is evaluated once at the end;
 - the study's best trial comes back as :class:`BestRun` (a list of them for several ``direction``\\ s).
 

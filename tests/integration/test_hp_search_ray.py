@@ -120,7 +120,7 @@ class _FakeTune(types.ModuleType):
     def __init__(self, storage, restore=None):
         super().__init__("ray.tune")
         self.storage, self.restore, self.trials, self._current = storage, restore or {}, [], None
-        self.Checkpoint, self.CLIReporter = _FakeCheckpoint, lambda **kwargs: None
+        self.Checkpoint, self.CLIReporter = _FakeCheckpoint, lambda **kwargs: ("CLIReporter", kwargs)
 
     @staticmethod
     def grid_search(values):
@@ -147,6 +147,7 @@ class _FakeTune(types.ModuleType):
         self._current.last_result = metrics
 
     def run(self, trainable, config, num_samples, **kwargs):
+        self.run_arguments = dict(config=config, num_samples=num_samples, **kwargs)
         grid = {k: v["grid_search"] for k, v in config.items() if isinstance(v, dict) and "grid_search" in v}
         for i, values in enumerate(itertools.product(*grid.values())):
             self._current = _FakeTrial(f"fake_{i:05d}", {**config, **dict(zip(grid, values))})
@@ -207,6 +208,9 @@ def test_ray_plumbing_matches_hf(tmp_path, fake_ray):
     trainer, best, tune = _fake_search("ours", tmp_path, fake_ray)
 
     _assert_same_reports(hf_tune.trials, tune.trials)
+    assert tune.run_arguments == hf_tune.run_arguments
+    assert tune.run_arguments["resources_per_trial"] == {"cpu": 1}
+    assert tune.run_arguments["progress_reporter"] == ("CLIReporter", {"metric_columns": ["objective"]})
     assert [files is not None for _, files in tune.trials[0].reports] == [True, True]
     assert tune.trials[0].reports[0][1] == {
         ".": [],
