@@ -44,9 +44,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["default_hp_space_ray", "run_ray", "save_tune_checkpoint"]
 
-# Schedulers that decide from the results reported during training: HF refuses them without evaluation.
-_INTERMEDIATE_RESULT_SCHEDULERS = ("ASHAScheduler", "MedianStoppingRule", "HyperBandForBOHB",
-                                   "PopulationBasedTraining")
+# Schedulers (and their subclasses) that decide from the results reported during training: HF refuses them without
+# evaluation. ``ASHAScheduler`` is Ray's alias of ``AsyncHyperBandScheduler``.
+_INTERMEDIATE_RESULT_SCHEDULERS = frozenset({"AsyncHyperBandScheduler", "MedianStoppingRule", "HyperBandForBOHB",
+                                             "PopulationBasedTraining"})
 
 
 def default_hp_space_ray(trial: Any) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def run_ray(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: A
 
 
 def _check_scheduler(args: Any, scheduler: Any) -> None:
-    if scheduler is None or type(scheduler).__name__ not in _INTERMEDIATE_RESULT_SCHEDULERS:
+    if scheduler is None or not {cls.__name__ for cls in type(scheduler).__mro__} & _INTERMEDIATE_RESULT_SCHEDULERS:
         return
     if not args.do_eval or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
         name = type(scheduler).__name__
@@ -158,7 +159,8 @@ def _report(trainer: Any, metrics: dict[str, float]) -> None:
     import ray.tune
 
     metrics = dict(metrics)
-    trainer.objective = trainer.compute_objective(dict(metrics))
+    # As HF: the objective function gets the very dict that is reported (whatever it changes in it is reported).
+    trainer.objective = trainer.compute_objective(metrics)
     with tempfile.TemporaryDirectory() as checkpoint_dir:
         checkpoint = None
         if trainer.flow.control.should_save:

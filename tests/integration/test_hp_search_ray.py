@@ -272,8 +272,9 @@ def test_ray_bad_input_before_work(tmp_path, fake_ray):
     any trial, naming the fix."""
     tune = fake_ray(tmp_path / "ray")
     trainer = _trainer(_lib("ours"), tmp_path / "ours", eval_strategy="no")
-    scheduler = type("ASHAScheduler", (), {})()
-    with pytest.raises(RuntimeError, match=r"ASHAScheduler.*`do_eval=True` and `eval_strategy='steps'`"):
+    # Ray's ASHAScheduler is AsyncHyperBandScheduler; a subclass is refused too.
+    scheduler = type("MyASHA", (type("AsyncHyperBandScheduler", (), {}),), {})()
+    with pytest.raises(RuntimeError, match=r"MyASHA as a scheduler.*`do_eval=True` and `eval_strategy='steps'`"):
         trainer.hyperparameter_search(backend="ray", hp_space=lambda trial: {}, scheduler=scheduler)
     with pytest.raises(ValueError, match=r"Ray Tune optimises one objective; pass direction='minimize' or "):
         trainer.hyperparameter_search(backend="ray", hp_space=lambda trial: {}, direction=["minimize", "maximize"])
