@@ -529,7 +529,7 @@ class TrainingArguments:
     push_to_hub_token: str | None = _legacy_field(_deprecated_help("hub_token"))
     mp_parameters: str | None = _legacy_field("Removed 4.x SageMaker option; refused when non-empty.")
     torchdynamo: str | None = _legacy_field(_deprecated_help("torch_compile_backend"))
-    ray_scope: str | None = _legacy_field("Removed 4.x hyperparameter-search option; refused unless 'last'.")
+    ray_scope: str | None = _legacy_field("Removed 4.x Ray Tune option (now RAY_SCOPE); refused unless 'last'.")
 
     # ------------------------------------------------------------------------------------------
     # Derivation and validation
@@ -1650,6 +1650,7 @@ _LEGACY_HANDLERS: dict[str, Callable[[TrainingArguments, Any], bool]] = {
     "ray_scope": _refuse_when(
         "ray_scope",
         lambda value: value != "last",
-        "hyperparameter search is not supported; remove ray_scope.",
+        "transformers 5 reads Ray Tune's best-trial scope from the RAY_SCOPE environment variable; remove "
+        "ray_scope and set RAY_SCOPE instead.",
     ),
 }

@@ -474,23 +474,27 @@ class Trainer(ProtectedMembers):
     def hyperparameter_search(self, hp_space: Callable | None = None, compute_objective: Callable | None = None,
                               n_trials: int = 20, direction: str | list[str] = "minimize", backend: Any = None,
                               hp_name: Callable | None = None, **kwargs: Any):
-        """HF's ``hyperparameter_search`` with Optuna: one ``train()`` per trial over ``model_init``.
+        """HF's ``hyperparameter_search`` with Optuna or Ray Tune: one ``train()`` per trial over ``model_init``.
 
         Args:
-            hp_space: ``fn(trial) -> dict`` of ``TrainingArguments`` values (HF's default space when omitted).
+            hp_space: the search space: ``fn(trial) -> dict`` of ``TrainingArguments`` values (Optuna), or
+                ``fn(None) -> dict`` of Ray Tune domains given to Ray as ``config`` (HF's default space when omitted).
             compute_objective: ``fn(metrics) -> float``; default: ``eval_loss``, or the sum of the other metrics.
-            n_trials: number of trials.
-            direction: ``"minimize"`` / ``"maximize"``, or a list of them for several objectives.
-            backend: ``"optuna"`` (the default when installed); ``"ray"`` / ``"wandb"`` are refused.
-            hp_name: ``fn(trial) -> str`` naming the trial's run folder (default ``run-<trial number>``).
-            **kwargs: ``optuna.create_study`` arguments, plus ``timeout``, ``n_jobs``, ``gc_after_trial``, ``catch``.
+            n_trials: number of trials (Ray: ``num_samples``; a ``tune.grid_search`` runs each point that often).
+            direction: ``"minimize"`` / ``"maximize"``, or a list of them for several objectives (Optuna only).
+            backend: ``"optuna"`` or ``"ray"`` (default: the first installed, in that order); ``"wandb"`` is refused.
+            hp_name: ``fn(trial) -> str`` naming the trial's run folder (default ``run-<trial number or Ray id>``).
+            **kwargs: ``optuna.create_study`` arguments, plus ``timeout``, ``n_jobs``, ``gc_after_trial``, ``catch``;
+                or ``ray.tune.run`` arguments (``resources_per_trial`` defaults to one CPU, and a GPU when there is
+                one, per trial).
 
         Returns:
             ``BestRun`` (a list of them for several directions).
 
         Raises:
-            RuntimeError: without ``model_init``, or when the backend is not installed (names the package).
-            ValueError: an unknown or unsupported backend.
+            RuntimeError: without ``model_init``, when the backend is not installed (names the package), or a Ray
+                scheduler that needs evaluation during training without it.
+            ValueError: an unknown or unsupported backend; several directions with Ray.
         """
         from hf_lightning.trainer.hp_search import run_hyperparameter_search
 

@@ -1,18 +1,20 @@
-"""``Trainer.hyperparameter_search``: HF's trial loop over ``model_init``, with Optuna as the backend.
+"""``Trainer.hyperparameter_search``: HF's trial loop over ``model_init``, with Optuna or Ray Tune as the backend.
 
 Each trial runs the trainer's ordinary ``train()`` (Lightning's loop) with HF 5.23's per-trial rules:
 
 - the seed is set from the arguments, ``model_init`` builds a fresh model (given the trial when it takes one
   argument), and only *then* are the trial's hyperparameters (``hp_space(trial)``) written onto ``args`` — cast to
   the type of the current value, unknown names skipped with a warning. The values stay on ``args`` after the trial,
-  so the next trial's model is built with the previous trial's seed, as in HF;
-- checkpoints go to ``output_dir/run-<trial number>`` (or ``output_dir/<hp_name(trial)>``);
-- after every evaluation during training the objective (``compute_objective(metrics)``) is reported to the trial,
-  and a trial the pruner stops fires ``on_train_end`` and raises ``optuna.TrialPruned``;
+  so the next Optuna trial's model is built with the previous trial's seed, as in HF (a Ray trial starts from a
+  copy of the trainer as the search found it);
+- checkpoints go to ``output_dir/run-<trial number>`` (Ray: ``run-<trial id>``), or ``output_dir/<hp_name(trial)>``;
+- after every evaluation during training the objective (``compute_objective(metrics)``) is reported to the trial;
+  a trial Optuna's pruner stops fires ``on_train_end`` and raises ``optuna.TrialPruned``;
 - a trial whose training never evaluated is evaluated once at the end;
 - the study's best trial comes back as :class:`BestRun` (a list of them for several ``direction``\\ s).
 
-Only Optuna is implemented; ``"ray"`` and ``"wandb"`` are refused with the alternative named.
+Ray Tune's side (the trials run in Ray's worker processes) is in :mod:`hf_lightning.trainer.hp_search_ray`;
+``"wandb"`` (its sweeps need W&B's server) is refused with the alternatives named.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ __all__ = [
 
 
 class HPSearchBackend(str, Enum):
-    """HF's backend names. hf_lightning runs ``OPTUNA``; the others are refused with a clear error."""
+    """HF's backend names. hf_lightning runs ``OPTUNA`` and ``RAY``; ``WANDB`` is refused with a clear error."""
 
     OPTUNA = "optuna"
     RAY = "ray"
@@ -57,11 +59,11 @@ class BestRun(NamedTuple):
     """The best trial of a search, as HF's ``BestRun``.
 
     Attributes:
-        run_id: the trial number as a string; its checkpoints are in ``output_dir/run-<run_id>`` (unless
-            ``hp_name`` named the run).
+        run_id: the trial number (Optuna) or Ray's trial id, as a string; its checkpoints are in
+            ``output_dir/run-<run_id>`` (unless ``hp_name`` named the run).
         objective: the objective of that trial (a list for a multi-objective search).
-        hyperparameters: the trial's sampled parameters.
-        run_summary: backend-specific summary (``None`` for Optuna).
+        hyperparameters: the trial's sampled parameters (Ray: the trial's whole config).
+        run_summary: backend-specific summary (``None`` for Optuna, Ray's ``ExperimentAnalysis`` for Ray).
     """
 
     run_id: str
@@ -118,34 +120,38 @@ _BACKEND_PACKAGES: dict[HPSearchBackend, tuple[str, str]] = {
     HPSearchBackend.RAY: ("ray", "'ray[tune]'"),
     HPSearchBackend.WANDB: ("wandb", "wandb"),
 }
+# The backends hf_lightning runs, in the order HF picks a default among the installed ones.
+_RUNNABLE = (HPSearchBackend.OPTUNA, HPSearchBackend.RAY)
 
 
 def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
-    """The backend to run: the one named (checked installed and supported), or Optuna when it is installed.
+    """The backend to run: the one named (checked installed and supported), or the first installed of Optuna and
+    Ray Tune (HF's order).
 
     Raises:
-        ValueError: an unknown name, or a backend hf_lightning does not run (``ray``, ``wandb``).
+        ValueError: an unknown name, or a backend hf_lightning does not run (``wandb``).
         RuntimeError: the backend's package is not installed (the message gives the ``pip install``).
     """
     if backend is None:
-        module, requirement = _BACKEND_PACKAGES[HPSearchBackend.OPTUNA]
-        if not _is_installed(module):
-            raise RuntimeError(
-                "No hyperparameter search backend available. hf_lightning searches with Optuna: run "
-                f"`pip install {requirement}`."
-            )
-        return HPSearchBackend.OPTUNA
+        for candidate in _RUNNABLE:
+            if _is_installed(_BACKEND_PACKAGES[candidate][0]):
+                return candidate
+        raise RuntimeError(
+            "No hyperparameter search backend available. hf_lightning searches with Optuna or Ray Tune: run "
+            + " or ".join(f"`pip install {_BACKEND_PACKAGES[b][1]}`" for b in _RUNNABLE) + "."
+        )
     try:
         chosen = HPSearchBackend(getattr(backend, "value", backend))
     except ValueError:
         raise ValueError(
-            f"hyperparameter_search(backend={backend!r}): unknown backend. Use backend='optuna' (HF also knows "
-            f"{[b.value for b in HPSearchBackend]})."
+            f"hyperparameter_search(backend={backend!r}): unknown backend. Use backend='optuna' or backend='ray' "
+            f"(HF also knows {[b.value for b in HPSearchBackend]})."
         ) from None
-    if chosen is not HPSearchBackend.OPTUNA:
+    if chosen not in _RUNNABLE:
         raise ValueError(
-            f"hyperparameter_search(backend={chosen.value!r}) is not supported by hf_lightning; use "
-            "backend='optuna' (`pip install optuna`)."
+            f"hyperparameter_search(backend={chosen.value!r}) is not supported by hf_lightning (W&B sweeps need "
+            "W&B's server); use backend='optuna' (`pip install optuna`) or backend='ray' "
+            "(`pip install 'ray[tune]'`)."
         )
     module, requirement = _BACKEND_PACKAGES[chosen]
     if not _is_installed(module):
@@ -179,11 +185,17 @@ def run_hyperparameter_search(
             "a distributed launcher (each trial may still use every device of this machine)."
         )
     trainer.hp_search_backend = chosen
-    trainer.hp_space = default_hp_space_optuna if hp_space is None else hp_space
+    if chosen is HPSearchBackend.RAY:
+        from hf_lightning.trainer import hp_search_ray
+
+        default_space, run = hp_search_ray.default_hp_space_ray, hp_search_ray.run_ray
+    else:
+        default_space, run = default_hp_space_optuna, _run_optuna
+    trainer.hp_space = default_space if hp_space is None else hp_space
     trainer.hp_name = hp_name
     trainer.compute_objective = default_compute_objective if compute_objective is None else compute_objective
     try:
-        return _run_optuna(trainer, n_trials, direction, **kwargs)
+        return run(trainer, n_trials, direction, **kwargs)
     finally:
         trainer.hp_search_backend = None
 
@@ -193,7 +205,8 @@ def _run_optuna(trainer: Any, n_trials: int, direction: str | list[str], **kwarg
 
     def objective(trial: Any) -> float | list[float]:
         trainer.objective = None
-        with _trial_session(trainer, trial):
+        with _trial_session(trainer, trial, run_id=str(trial.number), params=lambda: trainer.hp_space(trial),
+                            trial_params=lambda: dict(trial.params), report=functools.partial(_report, trial=trial)):
             trainer.train()
         if getattr(trainer, "objective", None) is None:
             # The training never evaluated: score the final model once.
@@ -217,21 +230,31 @@ def _run_optuna(trainer: Any, n_trials: int, direction: str | list[str], **kwarg
 
 
 @contextlib.contextmanager
-def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
+def _trial_session(trainer: Any, trial: Any, *, run_id: str, params: Callable[[], dict[str, Any]],
+                   trial_params: Callable[[], dict[str, Any]],
+                   report: Callable[[Any, dict[str, float]], None]) -> Iterator[None]:
     """Make the next ``train()`` call one trial of the search, and undo the plumbing afterwards.
+
+    Args:
+        trainer: the trainer whose ``train()`` runs the trial.
+        trial: the backend's trial (Optuna's ``Trial``, Ray's config dict): what ``model_init`` and ``hp_name`` get.
+        run_id: the trial's id in the default run folder name ``run-<run_id>``.
+        params: the trial's ``TrainingArguments`` values, asked for once the model is built.
+        trial_params: the ``trial_params`` saved in the run's ``TrainerState``.
+        report: ``report(trainer, metrics)``, called after each evaluation during training.
 
     The trial's hyperparameters are *not* undone: HF leaves them on ``args``.
     """
     args = trainer.args
     user_model_init = trainer.model_init
     root_dir = args.output_dir
-    run_name = trainer.hp_name(trial) if trainer.hp_name is not None else f"run-{trial.number}"
-    reporter = _TrialStateCallback(trial, run_name if trainer.hp_name is not None else None)
+    run_name = trainer.hp_name(trial) if trainer.hp_name is not None else f"run-{run_id}"
+    reporter = _TrialStateCallback(trial_params, run_name if trainer.hp_name is not None else None)
 
     def model_init() -> torch.nn.Module:
         # train() seeds, then calls this: HF builds the model before it applies the trial's values.
         model = _call_model_init(user_model_init, trial)
-        _apply_hyperparameters(args, trainer.hp_space(trial))
+        _apply_hyperparameters(args, params())
         return model
 
     trainer._trial = trial
@@ -244,7 +267,7 @@ def _trial_session(trainer: Any, trial: Any) -> Iterator[None]:
     args.output_dir = os.path.join(root_dir, run_name)
     # train() calls trainer.evaluate() at each evaluation; HF reports to the trial right after it.
     own_evaluate = vars(trainer).get("evaluate")
-    trainer.evaluate = functools.partial(_evaluate_and_report, trainer, trainer.evaluate, trial)
+    trainer.evaluate = functools.partial(_evaluate_and_report, trainer, trainer.evaluate, report)
     trainer.add_callback(reporter)
     try:
         yield
@@ -270,14 +293,14 @@ def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> None:
     logger.info("Trial hyperparameters: %s", params)
 
 
-def _evaluate_and_report(trainer: Any, evaluate: Callable, trial: Any, *args: Any, **kwargs: Any) -> dict:
+def _evaluate_and_report(trainer: Any, evaluate: Callable, report: Callable, *args: Any, **kwargs: Any) -> dict:
     metrics = evaluate(*args, **kwargs)
     if trainer.is_in_train:
-        _report(trainer, trial, metrics)
+        report(trainer, metrics)
     return metrics
 
 
-def _report(trainer: Any, trial: Any, metrics: dict[str, float]) -> None:
+def _report(trainer: Any, metrics: dict[str, float], trial: Any) -> None:
     import optuna
 
     trainer.objective = trainer.compute_objective(dict(metrics))
@@ -293,15 +316,15 @@ def _report(trainer: Any, trial: Any, metrics: dict[str, float]) -> None:
 class _TrialStateCallback(TrainerCallback):
     """Marks the run's ``TrainerState`` as a search trial (saved in each checkpoint's ``trainer_state.json``)."""
 
-    def __init__(self, trial: Any, trial_name: str | None) -> None:
-        self.trial = trial
+    def __init__(self, trial_params: Callable[[], dict[str, Any]], trial_name: str | None) -> None:
+        self.trial_params = trial_params
         self.trial_name = trial_name
 
     def on_train_begin(self, args, state, control, **kwargs):
         state.is_hyper_param_search = True
         if self.trial_name is not None:
             state.trial_name = self.trial_name
-        state.trial_params = dict(self.trial.params)
+        state.trial_params = self.trial_params()
 
 
 def _release_memory() -> None:

@@ -170,9 +170,8 @@ def _trainer(tmp_path, **kwargs):
 
 
 @pytest.mark.parametrize("backend,error,match", [
-    ("ray", ValueError, r"backend='ray'\) is not supported by hf_lightning; use backend='optuna'"),
-    ("wandb", ValueError, r"backend='wandb'\) is not supported"),
-    ("hyperopt", ValueError, r"backend='hyperopt'\): unknown backend. Use backend='optuna'"),
+    ("wandb", ValueError, r"backend='wandb'\) is not supported by hf_lightning.*use backend='optuna'.*backend='ray'"),
+    ("hyperopt", ValueError, r"backend='hyperopt'\): unknown backend. Use backend='optuna' or backend='ray'"),
 ])
 def test_unsupported_backends(tmp_path, backend, error, match):
     with pytest.raises(error, match=match):
@@ -180,10 +179,11 @@ def test_unsupported_backends(tmp_path, backend, error, match):
 
 
 @pytest.mark.parametrize("backend,match", [
-    (None, r"No hyperparameter search backend available.*`pip install optuna`"),
+    (None, r"No hyperparameter search backend available.*`pip install optuna` or `pip install 'ray\[tune\]'`"),
     ("optuna", r"You picked the optuna backend, but it is not installed. Run `pip install optuna`"),
+    ("ray", r"You picked the ray backend, but it is not installed. Run `pip install 'ray\[tune\]'`"),
 ])
-def test_optuna_not_installed(tmp_path, monkeypatch, backend, match):
+def test_backend_not_installed(tmp_path, monkeypatch, backend, match):
     from hf_lightning.trainer import hp_search
 
     monkeypatch.setattr(hp_search, "_is_installed", lambda package: False)

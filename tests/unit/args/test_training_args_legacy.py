@@ -128,7 +128,7 @@ REFUSED_LEGACY = [
     ({"use_legacy_prediction_loop": True}, r"`use_legacy_prediction_loop=True` is not supported"),
     ({"include_tokens_per_second": True}, r"`include_tokens_per_second=True` is not supported"),
     ({"mp_parameters": "partitions=2"}, r"`mp_parameters='partitions=2'` is not supported .* SageMaker"),
-    ({"ray_scope": "all"}, r"`ray_scope='all'` is not supported .* hyperparameter search"),
+    ({"ray_scope": "all"}, r"`ray_scope='all'` is not supported .* RAY_SCOPE environment variable"),
     ({"warmup_ratio": 1.5}, r"warmup_ratio must lie in range \[0,1\], got 1.5"),
     ({"warmup_ratio": -0.1}, r"warmup_ratio must lie in range \[0,1\]"),
     ({"warmup_ratio": 1.0}, r"warmup_ratio=1.0 cannot be expressed .* warmup_steps"),
