@@ -190,21 +190,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "remove parallelism_config.",
     ),
     (
-        "trackio_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_space_id.",
-    ),
-    (
-        "trackio_bucket_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_bucket_id.",
-    ),
-    (
-        "trackio_static_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_static_space_id.",
-    ),
-    (
         "debug",
         lambda value: DebugOption.TPU_METRICS_DEBUG in value,
         "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
