@@ -30,6 +30,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value, unwrap_model
+from hf_lightning.args.training_args import in_kubeflow_trainjob
 
 
 def _tensorboard_dir(args: Any) -> str:
@@ -203,9 +204,7 @@ CALLBACK_REGISTRY: dict[str, CallbackSpec] = {
     "dagshub": CallbackSpec("DagsHubCallback", ("dagshub", "mlflow"), "dagshub mlflow"),
     "dvclive": CallbackSpec("DVCLiveCallback", ("dvclive",), "dvclive"),
     "flyte": CallbackSpec("FlyteCallback", ("flytekit",), "flytekit flytekitplugins-deck-standard", in_all=False),
-    "kubeflow": CallbackSpec("KubeflowCallback", (), "",
-                             available=lambda: os.getenv("KUBEFLOW_TRAINER_SERVER_URL") is not None
-                             and not _env_true("DISABLE_KUBEFLOW_INTEGRATION")),
+    "kubeflow": CallbackSpec("KubeflowCallback", (), "", available=in_kubeflow_trainjob),
     "neptune": CallbackSpec("NeptuneCallback", ("neptune",), "neptune"),
     "swanlab": CallbackSpec("SwanLabCallback", ("swanlab",), "swanlab"),
     "trackio": CallbackSpec("TrackioCallback", ("trackio",), "trackio"),

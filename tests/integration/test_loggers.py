@@ -243,3 +243,17 @@ def test_report_to_none_builds_no_logger(tmp_path):
     import hf_lightning
 
     assert build_loggers(_args(hf_lightning, tmp_path, "x", report_to="none")) == []
+
+
+def test_kubeflow_is_added_inside_a_kubeflow_trainjob_as_in_hf(tmp_path, monkeypatch):
+    import transformers
+
+    import hf_lightning
+
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:9")
+    for report_to in ("none", ["csv"]):
+        ours = hf_lightning.TrainingArguments(str(tmp_path), report_to=report_to).report_to
+        hf = transformers.TrainingArguments(str(tmp_path), report_to="none" if report_to == "none" else []).report_to
+        assert ours == [*([] if report_to == "none" else ["csv"]), *hf] and hf == ["kubeflow"]
+    monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "true")
+    assert hf_lightning.TrainingArguments(str(tmp_path)).report_to == []

@@ -157,7 +157,6 @@ REFUSED = [
     ({"push_to_hub": True, "hub_model_id": "me/model"}, r"`push_to_hub=True` is not supported"),
     ({"parallelism_config": {"tp_size": 2}}, r"`parallelism_config=.*` is not supported"),
     ({"debug": "tpu_metrics_debug"}, r"`debug=\['tpu_metrics_debug'\]` is not supported .* no TPUs"),
-    ({"accelerator_config": {"use_configured_state": True}}, r"`accelerator_config\['use_configured_state'\]=True`"),
     ({"fsdp": True, "fsdp_config": {"xla": True}}, r"`fsdp_config\['xla'\]=True` is not supported"),
 ]
 
