@@ -39,8 +39,11 @@ def test_gradient_accumulation_num_steps_and_steps_both_set_is_an_error(tmp_path
 
 def test_use_configured_state_without_a_configured_state_is_hfs_error(tmp_path):
     import transformers
+    from accelerate.state import AcceleratorState
 
     import hf_lightning
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # an earlier HF Trainer in this process set one up
 
     kwargs = dict(output_dir=str(tmp_path / "out"), accelerator_config={"use_configured_state": True}, use_cpu=True)
     with pytest.raises(ValueError) as hf_error:
