@@ -310,6 +310,14 @@ def _checked_names(args: Any) -> list[str]:
                 f"{sorted([*LOGGER_REGISTRY, *CALLBACK_REGISTRY])} (or pass any Lightning logger to "
                 "build_lightning_trainer(..., logger=...))."
             )
+        if name == "dvclive" and os.getenv("HF_DVCLIVE_LOG_MODEL", "").upper() in ("1", "ON", "YES", "TRUE"):
+            # HF's callback saves the model at the end through a transformers.Trainer built from the arguments,
+            # which needs HF's own TrainingArguments: refused now rather than after the last step.
+            raise ValueError(
+                "report_to contains 'dvclive' with HF_DVCLIVE_LOG_MODEL=true, which hf_lightning does not support "
+                "(HF's DVCLiveCallback saves the model through a transformers.Trainer). Unset HF_DVCLIVE_LOG_MODEL "
+                "(or set it to 'all' to log output_dir at each save) and log the saved model with dvclive yourself."
+            )
         missing = [m.partition(".")[0] for m in ("transformers", *cb_spec.modules) if not _module_installed(m)]
         if missing:
             install = " ".join(dict.fromkeys(["transformers", *cb_spec.install.split()]))

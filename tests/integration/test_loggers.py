@@ -257,3 +257,14 @@ def test_kubeflow_is_added_inside_a_kubeflow_trainjob_as_in_hf(tmp_path, monkeyp
         assert ours == [*([] if report_to == "none" else ["csv"]), *hf] and hf == ["kubeflow"]
     monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "true")
     assert hf_lightning.TrainingArguments(str(tmp_path)).report_to == []
+
+
+def test_dvclive_model_logging_is_refused_before_work(tmp_path, monkeypatch):
+    import hf_lightning
+
+    monkeypatch.setenv("HF_DVCLIVE_LOG_MODEL", "true")
+    args = _args(hf_lightning, tmp_path, "ours", report_to=["dvclive"])
+    with pytest.raises(ValueError, match=r"'dvclive' with HF_DVCLIVE_LOG_MODEL=true.*Unset HF_DVCLIVE_LOG_MODEL"):
+        hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(8),
+                             eval_dataset=classification_data(4))
+    assert not os.path.exists(tmp_path / "ours")
