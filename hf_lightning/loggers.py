@@ -210,7 +210,7 @@ CALLBACK_REGISTRY: dict[str, CallbackSpec] = {
     "trackio": CallbackSpec("TrackioCallback", ("trackio",), "trackio"),
 }
 
-# HF's order for "all" (``get_available_reporting_integrations``), which is also the order of the callbacks.
+# HF's order for "all" (``get_available_reporting_integrations``); the callbacks follow report_to's order.
 _ALL_ORDER = ("azure_ml", "comet_ml", "dagshub", "dvclive", "mlflow", "neptune", "tensorboard", "wandb",
               "codecarbon", "clearml", "swanlab", "trackio", "kubeflow")
 

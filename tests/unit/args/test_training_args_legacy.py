@@ -169,7 +169,8 @@ def test_unsupported_settings_are_refused_naming_the_field(kwargs, message):
 
 def test_trackio_fields_are_accepted_like_hf():
     # HF's own TrackioCallback reads them (report_to="trackio"); without a Space id trackio logs locally.
-    kwargs = dict(project="p", trackio_space_id="me/space", trackio_bucket_id="me/bucket", trackio_static_space_id=False)
+    kwargs = dict(project="p", trackio_space_id="me/space", trackio_bucket_id="me/bucket",
+                  trackio_static_space_id=False)
     ours = TrainingArguments(**kwargs).to_dict()
     transformers = pytest.importorskip("transformers")
     hf = transformers.TrainingArguments(**kwargs).to_dict()
