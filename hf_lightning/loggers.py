@@ -1,11 +1,17 @@
-"""``report_to`` → Lightning loggers, resolved through one registry.
+"""``report_to`` → Lightning loggers or HF's own reporting callbacks, resolved through two registries.
 
-HF drives experiment trackers from reporting callbacks; hf_lightning hands the same ``report_to`` names to
-Lightning's loggers. The flow callback sends every HF log (each ``on_log``) to them with HF's TensorBoard tag
-names (``loss`` → ``train/loss``, ``eval_loss`` → ``eval/loss``, ``test_x`` → ``test/x``) at ``state.global_step``.
+HF drives experiment trackers from reporting callbacks. hf_lightning hands the names Lightning has a logger for
+(``LOGGER_REGISTRY``: tensorboard, csv, wandb, mlflow, comet_ml) to Lightning's loggers; the flow callback sends
+every HF log (each ``on_log``) to them with HF's TensorBoard tag names (``loss`` → ``train/loss``, ``eval_loss`` →
+``eval/loss``, ``test_x`` → ``test/x``) at ``state.global_step``. Every other name HF knows
+(``CALLBACK_REGISTRY``: azure_ml, clearml, codecarbon, dagshub, dvclive, flyte, kubeflow, neptune, swanlab,
+trackio) runs transformers' own integration callback, imported from ``transformers`` only when ``report_to``
+names it, and driven by the callback bridge like any user ``TrainerCallback`` (right after
+``DefaultFlowCallback``, where HF puts it).
 
-This module is the one place that knows which logger needs which package: a name whose package is missing is a
-``ValueError`` with the install command, raised when the Lightning trainer is built, before any work.
+This module is the one place that knows which name needs which package: an unknown name, or one whose package
+(or ``transformers``) is missing, is a ``ValueError`` with the install command, raised at ``Trainer(...)`` /
+``build_lightning_trainer`` / the module's first hook, before any work.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value, unwrap_model
+from hf_lightning.args.training_args import in_kubeflow_trainjob
 
 
 def _tensorboard_dir(args: Any) -> str:
@@ -122,14 +129,6 @@ def _comet(args: Any) -> Logger:
     return CometLogger(**kwargs)
 
 
-def _neptune(args: Any) -> Logger:
-    raise ValueError(
-        "report_to contains 'neptune', but Lightning 2.6 no longer ships a Neptune logger (Neptune has been sunset). "
-        "Remove 'neptune' from report_to, or pass another Lightning logger to "
-        "build_lightning_trainer(..., logger=...)."
-    )
-
-
 @dataclass(frozen=True)
 class LoggerSpec:
     """How to build one ``report_to`` logger.
@@ -156,13 +155,80 @@ LOGGER_REGISTRY: dict[str, LoggerSpec] = {
     "wandb": LoggerSpec(_wandb, ("wandb",), "pip install wandb"),
     "mlflow": LoggerSpec(_mlflow, ("mlflow",), "pip install mlflow"),
     "comet_ml": LoggerSpec(_comet, ("comet_ml",), "pip install comet-ml"),
-    "neptune": LoggerSpec(_neptune, in_all=False),
 }
 
 
+def _env_true(name: str) -> bool:
+    return os.getenv(name, "FALSE").upper() == "TRUE"
+
+
+@dataclass(frozen=True)
+class CallbackSpec:
+    """One ``report_to`` name served by transformers' own integration callback.
+
+    Attributes:
+        class_name: the callback's name in ``transformers.integrations.integration_utils``.
+        modules: import names that must all be installed (HF's ``is_*_available`` test).
+        install: the packages to ``pip install`` besides ``transformers``.
+        in_all: whether ``report_to="all"`` picks it when available (HF's ``"all"`` has no ``flyte``).
+        available: HF's extra condition for ``"all"`` (an environment variable, another package).
+    """
+
+    class_name: str
+    modules: tuple[str, ...]
+    install: str
+    in_all: bool = True
+    available: Callable[[], bool] = lambda: True
+
+    def installed(self) -> bool:
+        return all(_module_installed(m) for m in self.modules)
+
+
+def _mlflow_available() -> bool:
+    return _module_installed("mlflow") and not _env_true("DISABLE_MLFLOW_INTEGRATION")
+
+
+def _module_installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent is missing
+        return False
+
+
+CALLBACK_REGISTRY: dict[str, CallbackSpec] = {
+    # HF's "all" leaves azure_ml out when mlflow is available.
+    "azure_ml": CallbackSpec("AzureMLCallback", ("azureml.core.run",), "azureml-sdk",
+                             available=lambda: not _mlflow_available()),
+    "clearml": CallbackSpec("ClearMLCallback", ("clearml",), "clearml"),
+    "codecarbon": CallbackSpec("CodeCarbonCallback", ("codecarbon",), "codecarbon"),
+    "dagshub": CallbackSpec("DagsHubCallback", ("dagshub", "mlflow"), "dagshub mlflow"),
+    "dvclive": CallbackSpec("DVCLiveCallback", ("dvclive",), "dvclive"),
+    "flyte": CallbackSpec("FlyteCallback", ("flytekit",), "flytekit flytekitplugins-deck-standard", in_all=False),
+    "kubeflow": CallbackSpec("KubeflowCallback", (), "", available=in_kubeflow_trainjob),
+    "neptune": CallbackSpec("NeptuneCallback", ("neptune",), "neptune"),
+    "swanlab": CallbackSpec("SwanLabCallback", ("swanlab",), "swanlab"),
+    "trackio": CallbackSpec("TrackioCallback", ("trackio",), "trackio"),
+}
+
+# HF's order for "all" (``get_available_reporting_integrations``); the callbacks follow report_to's order.
+_ALL_ORDER = ("azure_ml", "comet_ml", "dagshub", "dvclive", "mlflow", "neptune", "tensorboard", "wandb",
+              "codecarbon", "clearml", "swanlab", "trackio", "kubeflow")
+
+
 def available_report_to() -> list[str]:
-    """The ``report_to`` names ``"all"`` stands for: every registered logger whose package is installed."""
-    return [name for name, spec in LOGGER_REGISTRY.items() if spec.in_all and spec.installed()]
+    """The ``report_to`` names ``"all"`` stands for, in HF's order: every Lightning logger whose package is
+    installed, and every HF integration callback whose package and ``transformers`` are installed."""
+    names = []
+    for name in _ALL_ORDER:
+        if name in LOGGER_REGISTRY:
+            spec = LOGGER_REGISTRY[name]
+            if spec.in_all and spec.installed() and (name != "mlflow" or _mlflow_available()):
+                names.append(name)
+        elif _module_installed("transformers"):
+            cb_spec = CALLBACK_REGISTRY[name]
+            if cb_spec.in_all and cb_spec.installed() and cb_spec.available():
+                names.append(name)
+    return names
 
 
 def _names(report_to: Any) -> list[str]:
@@ -192,17 +258,72 @@ def build_loggers(args: Any) -> list[Logger]:
         ['CSVLogger']
     """
     loggers = []
-    for name in _names(getattr(args, "report_to", None)):
+    for name in _checked_names(args):
         spec = LOGGER_REGISTRY.get(name)
-        if spec is None:
+        if spec is not None:
+            loggers.append(spec.factory(args))
+    return loggers
+
+
+def reporting_callbacks(args: Any) -> list[type]:
+    """transformers' integration callback classes for the ``report_to`` names no Lightning logger serves.
+
+    HF instantiates them without arguments and puts them right after ``DefaultFlowCallback``; so does the flow
+    callback. ``transformers`` is imported here, only when such a name is asked for.
+
+    Args:
+        args: a ``TrainingArguments``.
+
+    Returns:
+        The classes, in ``report_to``'s order (empty when every name is a Lightning logger).
+
+    Raises:
+        ValueError: as :func:`build_loggers`, and when ``transformers`` is not installed (naming the integration
+            and the install command).
+    """
+    classes = []
+    for name in _checked_names(args):
+        spec = CALLBACK_REGISTRY.get(name)
+        if spec is not None:
+            from transformers.integrations import integration_utils
+
+            classes.append(getattr(integration_utils, spec.class_name))
+    return classes
+
+
+def _checked_names(args: Any) -> list[str]:
+    """``report_to``'s names, each known and with its packages installed (else a ``ValueError``)."""
+    names = _names(getattr(args, "report_to", None))
+    for name in names:
+        if name in LOGGER_REGISTRY:
+            spec = LOGGER_REGISTRY[name]
+            if not spec.installed():
+                raise ValueError(
+                    f"report_to contains {name!r}, but its package is not installed. Run `{spec.install}`, or "
+                    f"remove {name!r} from report_to."
+                )
+            continue
+        cb_spec = CALLBACK_REGISTRY.get(name)
+        if cb_spec is None:
             raise ValueError(
-                f"report_to={name!r} is not supported by hf_lightning. Supported: {sorted(LOGGER_REGISTRY)} "
-                "(or pass any Lightning logger to build_lightning_trainer(..., logger=...))."
+                f"report_to={name!r} is not supported by hf_lightning (nor by HF). Supported: "
+                f"{sorted([*LOGGER_REGISTRY, *CALLBACK_REGISTRY])} (or pass any Lightning logger to "
+                "build_lightning_trainer(..., logger=...))."
             )
-        if not spec.installed():
+        if name == "dvclive" and os.getenv("HF_DVCLIVE_LOG_MODEL", "").upper() in ("1", "ON", "YES", "TRUE"):
+            # HF's callback saves the model at the end through a transformers.Trainer built from the arguments,
+            # which needs HF's own TrainingArguments: refused now rather than after the last step.
             raise ValueError(
-                f"report_to contains {name!r}, but its package is not installed. Run `{spec.install}`, or remove "
+                "report_to contains 'dvclive' with HF_DVCLIVE_LOG_MODEL=true, which hf_lightning does not support "
+                "(HF's DVCLiveCallback saves the model through a transformers.Trainer). Unset HF_DVCLIVE_LOG_MODEL "
+                "(or set it to 'all' to log output_dir at each save) and log the saved model with dvclive yourself."
+            )
+        missing = [m.partition(".")[0] for m in ("transformers", *cb_spec.modules) if not _module_installed(m)]
+        if missing:
+            install = " ".join(dict.fromkeys(["transformers", *cb_spec.install.split()]))
+            raise ValueError(
+                f"report_to contains {name!r}: hf_lightning runs transformers' own {cb_spec.class_name} for it, "
+                f"and {', '.join(dict.fromkeys(missing))} is not installed. Run `pip install {install}`, or remove "
                 f"{name!r} from report_to."
             )
-        loggers.append(spec.factory(args))
-    return loggers
+    return names

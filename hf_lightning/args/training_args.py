@@ -1280,12 +1280,24 @@ def _dtypes_to_str(values: dict[str, Any]) -> None:
 def _normalize_report_to(value: Any) -> list[str]:
     # HF 5.23 turns None into [None]; hf_lightning reads None as "none" (no loggers).
     if value is None or value == "none" or value == ["none"]:
-        return []
-    if value == "all" or value == ["all"]:
-        return _installed_reporting_integrations()
-    if isinstance(value, str):
-        return [value]
-    return list(value)
+        names: list[str] = []
+    elif value == "all" or value == ["all"]:
+        names = _installed_reporting_integrations()
+    elif isinstance(value, str):
+        names = [value]
+    else:
+        names = list(value)
+    # HF adds "kubeflow" inside a Kubeflow TrainJob, whatever report_to says.
+    if in_kubeflow_trainjob() and "kubeflow" not in names:
+        names.append("kubeflow")
+    return names
+
+
+def in_kubeflow_trainjob() -> bool:
+    """HF's ``is_kubeflow_available``: the TrainJob's progress server is set and the integration not disabled."""
+    if os.getenv("DISABLE_KUBEFLOW_INTEGRATION", "FALSE").upper() == "TRUE":
+        return False
+    return os.getenv("KUBEFLOW_TRAINER_SERVER_URL") is not None
 
 
 def _installed_reporting_integrations() -> list[str]:
@@ -1319,7 +1331,7 @@ def _normalize_accelerator_config(value: Any) -> dict[str, Any]:
             f"accelerator_config has unknown keys {unknown}; valid keys are {list(_ACCELERATOR_CONFIG_KEYS)}"
         )
     normalized = {**_ACCELERATOR_CONFIG_DEFAULTS, **given}
-    # HF removes this key while setting up devices; it is only ever False here (True is refused).
+    # HF removes this key while setting up devices (True is checked, then removed, by args/validation.py).
     if not normalized.get("use_configured_state"):
         normalized.pop("use_configured_state", None)
     return normalized

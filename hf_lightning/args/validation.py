@@ -190,21 +190,6 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "remove parallelism_config.",
     ),
     (
-        "trackio_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_space_id.",
-    ),
-    (
-        "trackio_bucket_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_bucket_id.",
-    ),
-    (
-        "trackio_static_space_id",
-        lambda value: value is not None,
-        "the Trackio logger is not supported; use report_to='tensorboard' and remove trackio_static_space_id.",
-    ),
-    (
         "debug",
         lambda value: DebugOption.TPU_METRICS_DEBUG in value,
         "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
@@ -213,13 +198,43 @@ _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 )
 
 # Accelerate options (inside `accelerator_config`) that change behaviour hf_lightning does not reproduce.
-_UNSUPPORTED_ACCELERATOR_CONFIG: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    (
-        "use_configured_state",
-        bool,
-        "there is no Accelerate state to reuse; remove use_configured_state.",
-    ),
-)
+_UNSUPPORTED_ACCELERATOR_CONFIG: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
+
+
+def _configured_accelerate_state() -> Any:
+    """The user's already-configured accelerate ``PartialState``, if accelerate is in use (never imported here)."""
+    import sys
+
+    state_module = sys.modules.get("accelerate.state")
+    if state_module is None or not getattr(state_module.PartialState, "_shared_state", None):
+        return None
+    return state_module.PartialState()
+
+
+def _check_configured_state(args: TrainingArguments) -> None:
+    """HF's ``use_configured_state``: train in the distributed set-up the user configured before the arguments.
+
+    HF then reuses the existing accelerate ``PartialState`` instead of creating (and resetting) one. Here the set-up
+    is that state or, without accelerate, an initialised ``torch.distributed`` process group; Lightning's strategies
+    reuse an initialised process group as they find it. Nothing configured is HF's ``ValueError``; HF drops the key
+    from ``accelerator_config`` once read.
+    """
+    if not args.accelerator_config.pop("use_configured_state", False):
+        return
+    state = _configured_accelerate_state()
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if state is None and not distributed:
+        raise ValueError(
+            "Passing `'use_configured_state':True` to the AcceleratorConfig requires a pre-configured "
+            "`AcceleratorState` or `PartialState` to be defined before calling `TrainingArguments`. "
+            "(hf_lightning also accepts an initialised torch.distributed process group.)"
+        )
+    if state is not None and args.deepspeed and enum_value(state.distributed_type) != "DEEPSPEED":
+        raise RuntimeError(
+            "Tried to use an already configured `Accelerator` or `PartialState` that was not initialized for "
+            "DeepSpeed, but also passed in a `deepspeed` configuration to the `TrainingArguments`. Please set "
+            "`use_configured_state:False` instead or setup your `Accelerator` or `PartialState` properly."
+        )
 
 
 def refuse_unsupported(args: TrainingArguments) -> None:
@@ -235,6 +250,7 @@ def refuse_unsupported(args: TrainingArguments) -> None:
         value = args.accelerator_config.get(key)
         if is_unsupported(value):
             raise ValueError(f"`accelerator_config['{key}']={value!r}` is not supported by hf_lightning: {reason}")
+    _check_configured_state(args)
     _apply_gradient_accumulation_kwargs(args)
     if isinstance(args.fsdp_config, dict) and args.fsdp and args.fsdp_config.get("xla"):
         raise ValueError(

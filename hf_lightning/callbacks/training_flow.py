@@ -56,6 +56,7 @@ from hf_lightning.checkpointing.durability import wait_for_flushes
 from hf_lightning.checkpointing.layout import JIT_LOGGING_WINDOW_KEY
 from hf_lightning.console import QuietSpan
 from hf_lightning.hooks import TrainerHooks
+from hf_lightning.loggers import reporting_callbacks
 from hf_lightning.optim import fit_optimizer_and_scheduler
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.resume import CheckpointResume
@@ -107,8 +108,9 @@ class HFFlowCallback(pl.Callback):
         else:
             progress = [ProgressCallback] if hf_progress else []
         self.uses_hf_progress = bool(progress) and progress[0] is ProgressCallback
-        handler = CallbackHandler([DefaultFlowCallback, *(callbacks or []), *progress], None, processing_class,
-                                  None, None)
+        # report_to's names without a Lightning logger run HF's own integration callbacks, where HF puts them.
+        handler = CallbackHandler([DefaultFlowCallback, *reporting_callbacks(args), *(callbacks or []), *progress],
+                                  None, processing_class, None, None)
         self.events = HFEvents(args, handler)
         self.hooks = hooks
         self.logbook = TrainingLog(self.events, processing_class)

@@ -123,11 +123,12 @@ TRAINER_ERRORS = [
     ("model_and_model_init", "init", RuntimeError, r"either a `model` or `model_init` argument, but not both"),
     ("neither_model_nor_init", "init", RuntimeError, r"requires either a `model` or `model_init` argument\.$"),
     ("fp16_on_cpu", "train", ValueError, r"fp16=True needs a CUDA GPU.*bf16=True"),
-    ("report_to_wandb", "train", ValueError,
+    ("report_to_wandb", "init", ValueError,
      r"report_to contains 'wandb', but its package is not installed\. Run `pip install wandb`"),
-    ("report_to_unknown", "train", ValueError,
-     r"report_to='no_such_logger' is not supported by hf_lightning\. Supported: \['comet_ml', 'csv', 'mlflow', "
-     r"'neptune', 'tensorboard', 'wandb'\]"),
+    ("report_to_unknown", "init", ValueError,
+     r"report_to='no_such_logger' is not supported by hf_lightning \(nor by HF\)\. Supported: \['azure_ml', "
+     r"'clearml', 'codecarbon', 'comet_ml', 'csv', 'dagshub', 'dvclive', 'flyte', 'kubeflow', 'mlflow', 'neptune', "
+     r"'swanlab', 'tensorboard', 'trackio', 'wandb'\]"),
 ]
 
 _XFAIL: dict[str, str] = {}

@@ -118,7 +118,20 @@ leaked_after_import = sorted(m for m in sys.modules if is_hidden(m))
 
 sys.argv = ["hf_lightning.demo", "--output_dir", "demo_output", "--max_steps", "2"]
 runpy.run_module("hf_lightning.demo", run_name="__main__", alter_sys=True)
+
+# report_to names served by transformers' own integration callbacks: a clear error at Trainer(...).
+import torch
+
+report_to_error = None
+try:
+    hf_lightning.Trainer(model=torch.nn.Linear(2, 1), args=hf_lightning.TrainingArguments(
+        output_dir="trackio_output", report_to=["tensorboard", "trackio"], use_cpu=True))
+except ValueError as error:
+    report_to_error = str(error)
 report(
+    report_to_error=report_to_error,
+    report_to_wrote=os.path.exists("trackio_output"),
+    report_to_all=hf_lightning.TrainingArguments(output_dir="x", report_to="all").report_to,
     names=sorted(names),
     modules=modules,
     trainer=hf_lightning.Trainer.__module__,
@@ -151,6 +164,17 @@ def test_demo_trains_without_transformers(hidden_run):
     assert "eval_loss" in result["stdout"]
     assert result["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
     assert (run_dir / "demo_output" / "model.safetensors").is_file()
+
+
+def test_hf_integration_callbacks_need_transformers_said_at_trainer_init(hidden_run):
+    _, result = hidden_run
+    assert result["report_to_error"] == (
+        "report_to contains 'trackio': hf_lightning runs transformers' own TrackioCallback for it, and transformers "
+        "is not installed. Run `pip install transformers trackio`, or remove 'trackio' from report_to."
+    )
+    assert result["report_to_wrote"] is False
+    # "all": the Lightning loggers only, even where an integration's own package is installed.
+    assert result["report_to_all"] == ["tensorboard"]
 
 
 CARD_CHILD = """

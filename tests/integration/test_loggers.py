@@ -143,7 +143,7 @@ def _pretend_installed(monkeypatch, *modules):
     def find_spec(name, *a, **k):
         if name in modules:
             return object()
-        if name in ("wandb", "mlflow", "comet_ml"):
+        if name in ("wandb", "mlflow", "comet_ml", "dvclive"):
             return None
         return real(name, *a, **k)
 
@@ -151,7 +151,8 @@ def _pretend_installed(monkeypatch, *modules):
 
 
 @pytest.mark.parametrize("name,install", [("wandb", "pip install wandb"), ("mlflow", "pip install mlflow"),
-                                          ("comet_ml", "pip install comet-ml")])
+                                          ("comet_ml", "pip install comet-ml"),
+                                          ("dvclive", "pip install transformers dvclive")])
 def test_missing_logger_package_is_a_clear_error_before_work(tmp_path, monkeypatch, name, install):
     import hf_lightning
 
@@ -159,34 +160,60 @@ def test_missing_logger_package_is_a_clear_error_before_work(tmp_path, monkeypat
     args = _args(hf_lightning, tmp_path, "ours", report_to=["tensorboard", name])
     with pytest.raises(ValueError, match=f"report_to contains '{name}'.*Run `{re.escape(install)}`"):
         build_loggers(args)
-    trainer = hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(8),
-                                   eval_dataset=classification_data(4))
-    with pytest.raises(ValueError, match=name):
-        trainer.train()
-    assert trainer.state.global_step == 0 and not os.path.isdir(tmp_path / "ours" / "runs")
+    # At Trainer(...), before anything is written.
+    with pytest.raises(ValueError, match=f"report_to contains '{name}'"):
+        hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(8),
+                             eval_dataset=classification_data(4))
+    assert not os.path.exists(tmp_path / "ours")
 
 
-@pytest.mark.parametrize("name,message", [("clearml", "not supported by hf_lightning. Supported: .*'tensorboard'"),
-                                          ("neptune", "no longer ships a Neptune logger")])
-def test_unsupported_logger_names(tmp_path, name, message):
+def test_unknown_logger_name_is_refused(tmp_path):
     import hf_lightning
 
-    with pytest.raises(ValueError, match=message):
-        build_loggers(_args(hf_lightning, tmp_path, "x", report_to=[name]))
+    with pytest.raises(ValueError, match=r"report_to='clearml2' is not supported by hf_lightning \(nor by HF\)\. "
+                                         r"Supported: .*'clearml', .*'neptune', .*'tensorboard', 'trackio'"):
+        build_loggers(_args(hf_lightning, tmp_path, "x", report_to=["clearml2"]))
 
 
-def test_all_means_every_installed_logger(tmp_path, monkeypatch):
-    assert available_report_to() == ["tensorboard"]  # this environment: no wandb / mlflow / comet_ml
+def test_all_means_what_hf_means(tmp_path, monkeypatch):
+    import transformers
+
+    import hf_lightning
+
+    # HF's "all" in this environment, in HF's order (the HF-callback integrations among them need transformers).
+    assert available_report_to() == transformers.TrainingArguments(str(tmp_path), report_to="all").report_to
+    assert hf_lightning.TrainingArguments(str(tmp_path), report_to="all").report_to == available_report_to()
     _pretend_installed(monkeypatch, "wandb", "mlflow")
-    assert available_report_to() == ["tensorboard", "wandb", "mlflow"]
-    assert "csv" not in available_report_to() and "neptune" not in available_report_to()
+    assert [n for n in available_report_to() if n in LOGGER_REGISTRY] == ["mlflow", "tensorboard", "wandb"]
+    assert "csv" not in available_report_to() and "flyte" not in available_report_to()
     args = type("Args", (), {"report_to": "all", "output_dir": str(tmp_path)})()
     monkeypatch.setitem(LOGGER_REGISTRY, "wandb", LOGGER_REGISTRY["wandb"].__class__(
         lambda a: _FakeLogger(kind="wandb"), ("wandb",), "pip install wandb"))
     monkeypatch.setitem(LOGGER_REGISTRY, "mlflow", LOGGER_REGISTRY["mlflow"].__class__(
         lambda a: _FakeLogger(kind="mlflow"), ("mlflow",), "pip install mlflow"))
     built = build_loggers(args)
-    assert [type(b).__name__ for b in built] == ["HFTensorBoardLogger", "_FakeLogger", "_FakeLogger"]
+    assert [type(b).__name__ for b in built] == ["_FakeLogger", "HFTensorBoardLogger", "_FakeLogger"]
+
+
+def test_hf_integrations_run_hfs_own_callbacks_in_hfs_place(tmp_path):
+    """trackio and clearml (no Lightning logger): transformers' own callbacks, where HF's Trainer puts them."""
+    pytest.importorskip("trackio")
+    pytest.importorskip("clearml")
+    import transformers
+
+    import hf_lightning
+    from tests.helpers.recorder import EventRecorder
+
+    lists = {}
+    for kind, lib in (("hf", transformers), ("ours", hf_lightning)):
+        args = lib.TrainingArguments(str(tmp_path / kind), report_to=["trackio", "clearml"], disable_tqdm=True,
+                                     trackio_static_space_id=False, use_cpu=True)
+        trainer = lib.Trainer(model=tiny_bert_classifier(), args=args, callbacks=[EventRecorder()])
+        lists[kind] = [type(cb) for cb in trainer.callback_handler.callbacks]
+    assert [c.__name__ for c in lists["ours"]] == [c.__name__ for c in lists["hf"]] == [
+        "DefaultFlowCallback", "TrackioCallback", "ClearMLCallback", "EventRecorder", "PrinterCallback"]
+    assert lists["ours"][1:3] == lists["hf"][1:3]  # the very classes of transformers.integrations
+    assert build_loggers(args) == []
 
 
 class _FakeLogger:
@@ -216,3 +243,28 @@ def test_report_to_none_builds_no_logger(tmp_path):
     import hf_lightning
 
     assert build_loggers(_args(hf_lightning, tmp_path, "x", report_to="none")) == []
+
+
+def test_kubeflow_is_added_inside_a_kubeflow_trainjob_as_in_hf(tmp_path, monkeypatch):
+    import transformers
+
+    import hf_lightning
+
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:9")
+    for report_to in ("none", ["csv"]):
+        ours = hf_lightning.TrainingArguments(str(tmp_path), report_to=report_to).report_to
+        hf = transformers.TrainingArguments(str(tmp_path), report_to="none" if report_to == "none" else []).report_to
+        assert ours == [*([] if report_to == "none" else ["csv"]), *hf] and hf == ["kubeflow"]
+    monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "true")
+    assert hf_lightning.TrainingArguments(str(tmp_path)).report_to == []
+
+
+def test_dvclive_model_logging_is_refused_before_work(tmp_path, monkeypatch):
+    import hf_lightning
+
+    monkeypatch.setenv("HF_DVCLIVE_LOG_MODEL", "true")
+    args = _args(hf_lightning, tmp_path, "ours", report_to=["dvclive"])
+    with pytest.raises(ValueError, match=r"'dvclive' with HF_DVCLIVE_LOG_MODEL=true.*Unset HF_DVCLIVE_LOG_MODEL"):
+        hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(8),
+                             eval_dataset=classification_data(4))
+    assert not os.path.exists(tmp_path / "ours")

@@ -156,11 +156,7 @@ REFUSED = [
     ({"push_to_hub": True}, r"`push_to_hub=True` is not supported .*no hub here"),
     ({"push_to_hub": True, "hub_model_id": "me/model"}, r"`push_to_hub=True` is not supported"),
     ({"parallelism_config": {"tp_size": 2}}, r"`parallelism_config=.*` is not supported"),
-    ({"trackio_space_id": "me/space"}, r"`trackio_space_id='me/space'` is not supported"),
-    ({"trackio_bucket_id": "me/bucket"}, r"`trackio_bucket_id='me/bucket'` is not supported"),
-    ({"trackio_static_space_id": False}, r"`trackio_static_space_id=False` is not supported"),
     ({"debug": "tpu_metrics_debug"}, r"`debug=\['tpu_metrics_debug'\]` is not supported .* no TPUs"),
-    ({"accelerator_config": {"use_configured_state": True}}, r"`accelerator_config\['use_configured_state'\]=True`"),
     ({"fsdp": True, "fsdp_config": {"xla": True}}, r"`fsdp_config\['xla'\]=True` is not supported"),
 ]
 
@@ -169,6 +165,16 @@ REFUSED = [
 def test_unsupported_settings_are_refused_naming_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainingArguments(**kwargs)
+
+
+def test_trackio_fields_are_accepted_like_hf():
+    # HF's own TrackioCallback reads them (report_to="trackio"); without a Space id trackio logs locally.
+    kwargs = dict(project="p", trackio_space_id="me/space", trackio_bucket_id="me/bucket",
+                  trackio_static_space_id=False)
+    ours = TrainingArguments(**kwargs).to_dict()
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.TrainingArguments(**kwargs).to_dict()
+    assert {k: ours[k] for k in kwargs} == {k: hf[k] for k in kwargs} == kwargs
 
 
 def test_hub_fields_without_push_are_accepted_like_hf():
