@@ -8,6 +8,7 @@ completed from the first one), GA 2, 5 steps over 3 passes, evaluating two itera
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_COMPARED = ("_runtime", "_per_second", "model_preparation_time")
 
 
-def _launch(lib, tmp_path, *options):
-    out, result = tmp_path / lib / "out", tmp_path / lib / "result.json"
+def _launch(lib, tmp_path, *options, name=None):
+    out, result = tmp_path / (name or lib) / "out", tmp_path / (name or lib) / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT), lib,
            str(out), str(result), *options]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -72,6 +73,22 @@ def test_iterable_train_set_variants(tmp_path, options):
     (every process reads the stream and collates its own share, HF's ``IterableDatasetShard``; evaluation off:
     see docs/migration.md)."""
     hf, ours = _launch("hf", tmp_path, *options), _launch("ours", tmp_path, *options)
+    assert _strip(ours["log_history"], drop_eval_loss=True) == _strip(hf["log_history"], drop_eval_loss=True)
+    assert ours["checkpoints"] == hf["checkpoints"]
+    _assert_same_weights(hf, ours)
+
+
+@pytest.mark.slow
+def test_resume_mid_pass_from_hfs_two_process_checkpoint(tmp_path):
+    """HF's two-process run saves at step 2 (4 of a pass's 5 micro-batches read); HF and hf_lightning resume from
+    that folder on 2 processes. The trained micro-batches are read again by process 0 and dropped (their draws
+    happen), then each process's RNG is restored from its own ``rng_state_{rank}.pth``."""
+    source = _launch("hf", tmp_path, "save=2", "eval=0", name="source")
+    assert source["checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-5"]
+    for lib in ("hf", "ours"):
+        shutil.copytree(tmp_path / "source" / "out" / "checkpoint-2", tmp_path / lib / "out" / "checkpoint-2")
+    hf, ours = (_launch(lib, tmp_path, "save=2", "eval=0", "resume=2") for lib in ("hf", "ours"))
+    assert [e["step"] for e in hf["log_history"] if "loss" in e] == [1, 2, 3, 4, 5]
     assert _strip(ours["log_history"], drop_eval_loss=True) == _strip(hf["log_history"], drop_eval_loss=True)
     assert ours["checkpoints"] == hf["checkpoints"]
     _assert_same_weights(hf, ours)
