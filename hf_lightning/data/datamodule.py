@@ -20,13 +20,13 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
+from hf_lightning.data.dispatch import DispatchedLoader, IterableShard, broadcast_from_first
 from hf_lightning.data.samplers import (
     EvalShardBatchSampler,
     LengthGroupedSampler,
     SeedableRandomSampler,
     ShardedBatchSampler,
 )
-from hf_lightning.data.dispatch import DispatchedLoader, IterableShard, broadcast_from_first
 from hf_lightning.data.windows import WindowedLoader, load_window
 
 if TYPE_CHECKING:

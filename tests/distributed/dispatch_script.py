@@ -1,6 +1,7 @@
 """An IterableDataset train and eval set under torchrun, run by test_iterable_dispatch.py (HF's or ours).
 
-usage: dispatch_script.py <lib: hf|ours> <output_dir> <result.json> [dispatch=0] [split=1] [batch=N] [eval=0] [save=N] [resume=N: from output_dir/checkpoint-N]
+usage: dispatch_script.py <lib: hf|ours> <output_dir> <result.json> [dispatch=0] [split=1] [batch=N] [eval=0]
+       [save=N] [resume=N (from output_dir/checkpoint-N)]
 
 A stream of 19 rows whose rows draw from the global RNG as they are produced, a collator that draws, GPT-2 with
 dropout, per-device batch 2, GA 2, 2 processes: process 0 reads 2 batches a round, the last round holds 3 rows
@@ -61,7 +62,8 @@ def main():
         output_dir=out, per_device_train_batch_size=int(options.get("batch", 2)), per_device_eval_batch_size=2,
         gradient_accumulation_steps=2, max_steps=5, logging_steps=1, eval_steps=2,
         eval_strategy="no" if options.get("eval") == "0" else "steps",
-        save_steps=int(options.get("save", 3)), learning_rate=3e-3, report_to="none", use_cpu=True, disable_tqdm=True, seed=42,
+        save_steps=int(options.get("save", 3)), learning_rate=3e-3, report_to="none", use_cpu=True,
+        disable_tqdm=True, seed=42,
         remove_unused_columns=False, accelerator_config=accelerator_config,
     )
     model = gpt2_dropout()

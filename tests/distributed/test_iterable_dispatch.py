@@ -83,15 +83,19 @@ def test_iterable_train_set_variants(tmp_path, options):
 
 
 @pytest.mark.slow
-def test_resume_mid_pass_from_hfs_two_process_checkpoint(tmp_path):
-    """HF's two-process run saves at step 2 (4 of a pass's 5 micro-batches read); HF and hf_lightning resume from
-    that folder on 2 processes. The trained micro-batches are read again by process 0 and dropped (their draws
-    happen), then each process's RNG is restored from its own ``rng_state_{rank}.pth``."""
-    source = _launch("hf", tmp_path, "save=2", "eval=0", name="source")
-    assert source["checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-5"]
+@pytest.mark.parametrize("step", [2, 3])
+def test_resume_from_hfs_two_process_checkpoint(tmp_path, step):
+    """HF's two-process run saves at ``step``; HF and hf_lightning resume from that folder on 2 processes.
+    Step 2: 4 of the first pass's 5 micro-batches were read. Step 3 was taken in the second pass, but HF counts
+    the micro-batches to skip from the start of the stream (``global_step % max_steps`` windows), reading past the
+    first pass's end. The skipped micro-batches are read again by process 0 and dropped (their draws happen), then
+    each process's RNG is restored from its own ``rng_state_{rank}.pth``."""
+    source = _launch("hf", tmp_path, f"save={step}", "eval=0", name="source")
+    assert f"checkpoint-{step}" in source["checkpoints"]
     for lib in ("hf", "ours"):
-        shutil.copytree(tmp_path / "source" / "out" / "checkpoint-2", tmp_path / lib / "out" / "checkpoint-2")
-    hf, ours = (_launch(lib, tmp_path, "save=2", "eval=0", "resume=2") for lib in ("hf", "ours"))
+        shutil.copytree(tmp_path / "source" / "out" / f"checkpoint-{step}",
+                        tmp_path / lib / "out" / f"checkpoint-{step}")
+    hf, ours = (_launch(lib, tmp_path, f"save={step}", "eval=0", f"resume={step}") for lib in ("hf", "ours"))
     assert [e["step"] for e in hf["log_history"] if "loss" in e] == [1, 2, 3, 4, 5]
     assert _strip(ours["log_history"], drop_eval_loss=True) == _strip(hf["log_history"], drop_eval_loss=True)
     assert ours["checkpoints"] == hf["checkpoints"]
