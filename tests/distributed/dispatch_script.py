@@ -17,9 +17,37 @@ import sys
 import torch
 
 torch.set_num_threads(1)
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from tests.parity.test_rng_order_parity import _NoisyStream, gpt2_dropout, noisy_collator  # noqa: E402
+
+# The stream, collator and model of tests/parity/test_rng_order_parity.py, repeated here: importing that module
+# (and the parity helpers it imports) would cost every process several seconds.
+class NoisyStream(torch.utils.data.IterableDataset):
+    """A length-less dataset whose rows draw from the global RNG as they are produced (a streaming transform)."""
+
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, 100, (n, 12), generator=g)
+
+    def __iter__(self):
+        for row in self.ids:
+            row = row.clone()
+            row[0] = int(torch.randint(0, 100, ()))
+            yield {"input_ids": row, "labels": row.clone()}
+
+
+def noisy_collator(features: list[dict]) -> dict:
+    """A collator that draws: about a third of the label positions are ignored, chosen by ``torch.rand``."""
+    ids = torch.stack([f["input_ids"] for f in features])
+    labels = torch.stack([f["labels"] for f in features])
+    labels[torch.rand(labels.shape) < 0.3] = -100
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def gpt2_dropout():
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    set_seed(42)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
 
 
 def accuracy(pred):
@@ -67,8 +95,8 @@ def main():
         remove_unused_columns=False, accelerator_config=accelerator_config,
     )
     model = gpt2_dropout()
-    evals = {"even": _NoisyStream(8), "odd": _NoisyStream(7)}
-    trainer = lib.Trainer(model=model, args=args, train_dataset=_NoisyStream(19), eval_dataset=evals,
+    evals = {"even": NoisyStream(8), "odd": NoisyStream(7)}
+    trainer = lib.Trainer(model=model, args=args, train_dataset=NoisyStream(19), eval_dataset=evals,
                           data_collator=noisy_collator, compute_metrics=accuracy)
     trainer.train(resume_from_checkpoint=f"{out}/checkpoint-{options['resume']}" if "resume" in options else None)
     torch.manual_seed(0)
