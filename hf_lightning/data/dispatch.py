@@ -106,10 +106,16 @@ class DispatchedLoader:
         self.drop_last = drop_last
         self.split_batches = split_batches
         self.whole = whole
+        self.iteration = 0
 
     @property
     def dataset(self) -> Any:
         return getattr(self.loader, "dataset", None)
+
+    def _set_dataset_epoch(self) -> None:
+        # accelerate hands the pass number to a dataset that takes one (a shuffled ``datasets`` stream reshuffles).
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(self.iteration)
 
     def _fetch(self, iterator: Iterator) -> tuple[Any, bool] | None:
         """Process 0: the next round joined, and whether the data ended in it (``None``: nothing left)."""
@@ -126,6 +132,7 @@ class DispatchedLoader:
         return (batches[0] if len(batches) == 1 else _join(batches)), ended
 
     def __iter__(self) -> Iterator[Any]:
+        self._set_dataset_epoch()
         # Every process creates the loader's iterator (as accelerate does since torch 2.0.1): a DataLoader draws
         # its base seed from the global RNG there, on each process.
         iterator = iter(self.loader)
@@ -133,7 +140,7 @@ class DispatchedLoader:
         while True:
             payload = self.broadcast(self._fetch(iterator) if self.rank == 0 else None)
             if payload is None:
-                return
+                break
             batch, ended = payload
             if self.whole:
                 yield batch
@@ -148,7 +155,8 @@ class DispatchedLoader:
                 size += 1
             yield _slice(batch, self.rank * size, (self.rank + 1) * size)
             if ended:
-                return
+                break
+        self.iteration += 1
 
 
 class IterableShard(IterableDataset):
@@ -175,6 +183,8 @@ class IterableShard(IterableDataset):
             self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        # Inside a plain DataLoader nothing calls set_epoch: count the passes, as accelerate's loader does for it.
+        self.set_epoch(self.epoch)
         generator = getattr(self.dataset, "generator", None)
         if not hasattr(self.dataset, "set_epoch") and isinstance(generator, torch.Generator):
             generator.manual_seed(self.epoch)  # as accelerate: every process reads the same stream
@@ -195,3 +205,4 @@ class IterableShard(IterableDataset):
             while len(current) < run:
                 current += first
             yield from (current[i] for i in mine)
+        self.epoch += 1

@@ -89,3 +89,27 @@ def test_iterable_shard_is_accelerates(n, batch, split):
         theirs = list(IterableDatasetShard(rows, batch_size=batch, num_processes=2, process_index=rank,
                                            split_batches=split))
         assert ours == theirs
+
+
+class EpochStream(torch.utils.data.IterableDataset):
+    """Rows that depend on the epoch last passed to ``set_epoch`` (a shuffled ``datasets`` stream does so)."""
+
+    def __init__(self):
+        self.epochs = []
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+    def __iter__(self):
+        yield from ({"x": torch.tensor([10 * self.epochs[-1] + i])} for i in range(3))
+
+
+def test_each_pass_hands_the_dataset_its_number():
+    stream = EpochStream()
+    loader = DispatchedLoader(torch.utils.data.DataLoader(stream, batch_size=1), lambda obj: obj, 0, 2)
+    passes = [[b["x"].tolist() for b in loader] for _ in range(2)]
+    assert passes == [[[[0]], [[2]]], [[[10]], [[12]]]]
+    shard_stream = EpochStream()
+    shard = IterableShard(shard_stream, 1, 2, 1)
+    assert [[row["x"].item() for row in shard] for _ in range(2)] == [[1, 0], [11, 10]]
+    assert stream.epochs == shard_stream.epochs == [0, 1]
