@@ -507,8 +507,8 @@ class HFLightningModule(pl.LightningModule):
         if self._stepped_optimizer is not None and not self._defers_gradient_release():
             self.release_gradients()
         # DDP all-reduces the gradients in the backward of the window's last micro-batch only (HF's no_sync), so
-        # the step sees each process's window sum averaged once; a carry-over window never syncs: its gradients
-        # ride along with the next window's last backward.
+        # the step sees each process's window sum averaged once. A carry-over window's last backward syncs too
+        # (HF leaves no_sync off for the last batch it fetched), though no step follows.
         strategy = self.trainer.strategy
         local_backward = strategy.block_backward_sync if isinstance(strategy, ParallelStrategy) \
             else contextlib.nullcontext
@@ -517,7 +517,7 @@ class HFLightningModule(pl.LightningModule):
             if i == 0:
                 self._emit("on_step_begin")
             syncs = i == len(window) - 1 and not carry_over
-            with contextlib.nullcontext() if syncs else local_backward():
+            with contextlib.nullcontext() if i == len(window) - 1 else local_backward():
                 losses.append(hf_step(self.model, dict(inputs), n_items))
             self._emit("on_micro_batch_end", inputs=inputs, loss=losses[-1])
             if not syncs:

@@ -20,6 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
+from hf_lightning.data.dispatch import DispatchedLoader, IterableShard, broadcast_from_first
 from hf_lightning.data.samplers import (
     EvalShardBatchSampler,
     LengthGroupedSampler,
@@ -247,12 +248,28 @@ class HFDataModule(pl.LightningDataModule):
                 else:
                     kwargs.update(sampler=sampler, drop_last=drop_last)
             elif world > 1:
-                raise ValueError(
-                    "An IterableDataset train_dataset is not supported with several processes yet: pass a map-style "
-                    "dataset (with __len__ and __getitem__), or train on one process."
-                )
+                self._train_loader = self._iterable_loader(dataset, collator, kwargs, world, rank, whole=False)
+                return self._train_loader
             self._train_loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collator, **kwargs)
         return self._train_loader
+
+    def _iterable_loader(self, dataset: Any, collator: Callable, kwargs: dict[str, Any], world: int, rank: int,
+                         whole: bool, batch_size: int | None = None) -> Any:
+        """An iterable dataset's loader under several processes, as accelerate prepares it (``dispatch.py``):
+        process 0 reads and sends (``dispatch_batches``, the default for iterable data), or every process reads
+        the stream and keeps its share."""
+        accelerate = self.args.accelerator_config
+        split = bool(accelerate.get("split_batches", False)) and not whole
+        # HF passes no drop_last to an iterable dataset's DataLoader: dataloader_drop_last changes nothing here.
+        batch_size = self.args.train_batch_size if batch_size is None else batch_size
+        if accelerate.get("dispatch_batches") is None or accelerate.get("dispatch_batches"):
+            loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collator, **kwargs)
+            return DispatchedLoader(loader, broadcast_from_first, rank, world, split_batches=split, whole=whole)
+        if whole:
+            return DataLoader(dataset, batch_size=batch_size, collate_fn=collator, **kwargs)
+        shard = IterableShard(dataset, batch_size, world, rank, split_batches=split)
+        return DataLoader(shard, batch_size=batch_size // world if split else batch_size, collate_fn=collator,
+                          **kwargs)
 
     def _layout(self) -> tuple[int, int]:
         """``(world size, rank)`` of the Lightning run this datamodule is attached to (1, 0 before that)."""
@@ -300,10 +317,15 @@ class HFDataModule(pl.LightningDataModule):
         Under several processes each one gets its own share of a sized dataset (at most ``ceil(n / world)``
         examples, none repeated, see :class:`~hf_lightning.data.samplers.EvalShardBatchSampler`), and the module
         gathers the results. An ``IterableDataset``, or a set smaller than the number of processes, is evaluated
-        whole on every process.
+        whole on every process; an ``IterableDataset`` is read by process 0 only, which sends every batch to the
+        others (accelerate's ``dispatch_batches``: a collator's random draws happen on process 0 only, as in HF).
         """
         dataset, collator = self._prepare(dataset, description)
         kwargs = self._loader_kwargs()
+        if isinstance(dataset, IterableDataset) and self._eval_layout()[0] > 1:
+            world, rank = self._eval_layout()
+            return self._iterable_loader(dataset, collator, kwargs, world, rank, whole=True,
+                                         batch_size=self.args.eval_batch_size)
         if not isinstance(dataset, IterableDataset) and has_len(dataset):
             sampler = SequentialSampler(dataset) if self._eval_sampler_fn is None \
                 else self._eval_sampler_fn(dataset)
