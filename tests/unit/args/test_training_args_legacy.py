@@ -155,7 +155,7 @@ def test_4x_values_we_cannot_honour_are_refused(kwargs, message):
 REFUSED = [
     ({"push_to_hub": True}, r"`push_to_hub=True` is not supported .*no hub here"),
     ({"push_to_hub": True, "hub_model_id": "me/model"}, r"`push_to_hub=True` is not supported"),
-    ({"parallelism_config": {"tp_size": 2}}, r"`parallelism_config=.*` is not supported"),
+    ({"parallelism_config": {"cp_size": 2}}, r"parallelism_config.cp_size=2: context parallelism is not supported"),
     ({"trackio_space_id": "me/space"}, r"`trackio_space_id='me/space'` is not supported"),
     ({"trackio_bucket_id": "me/bucket"}, r"`trackio_bucket_id='me/bucket'` is not supported"),
     ({"trackio_static_space_id": False}, r"`trackio_static_space_id=False` is not supported"),
