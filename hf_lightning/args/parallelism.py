@@ -63,11 +63,6 @@ class ParallelismPlan:
         return self.dp_replicate * self.dp_shard
 
     @property
-    def data_parallel_size(self) -> int:
-        """Processes that each see their own batches."""
-        return self.dp_replicate * self.dp_shard
-
-    @property
     def strategy(self) -> str | None:
         """``"fsdp"`` (FSDP2, HSDP with replicas), ``"ddp"`` (replicas only) or ``None`` (every size 1)."""
         if self.dp_shard > 1:
