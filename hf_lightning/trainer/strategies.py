@@ -176,6 +176,8 @@ def _parallelism(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> 
             "deepspeed)."
         )
     fsdp_version = str((args.fsdp_config or {}).get("version", 2)) if args.fsdp else None
+    if fsdp_version not in (None, "1", "2"):
+        raise ValueError(f"fsdp_config['version']={fsdp_version}: FSDP versions are 1 and 2 (2 is the default).")
     if plan.strategy == "fsdp":
         if fsdp_version == "1":
             raise ValueError(

@@ -70,6 +70,7 @@ def test_one_process_layout_leaves_the_other_arguments_in_charge(tmp_path):
     ({"dp_replicate_size": 2}, 2, {"fsdp": True}, r"FSDP has no dimension to shard across"),
     ({}, 2, {"fsdp": True}, r"FSDP has no dimension to shard across"),
     ({"dp_shard_size": 2}, 2, {"fsdp": True, "fsdp_config": {"version": 1}}, r"FSDP2 only.*version'\]=2"),
+    ({"dp_shard_size": 2}, 2, {"fsdp": True, "fsdp_config": {"version": 3}}, r"FSDP versions are 1 and 2"),
 ], ids=repr)
 def test_layouts_that_cannot_run_are_refused_before_work(tmp_path, sizes, world, extra, message):
     args = _args(tmp_path, parallelism_config=ParallelismConfig(**sizes), **extra)
