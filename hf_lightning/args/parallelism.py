@@ -7,9 +7,12 @@ tp`` processes. hf_lightning reads the sizes (duck-typed: accelerate is never im
 - ``dp_shard_size > 1``: FSDP2 over the sharding dimension (``HFFSDP2Strategy``), with the ``fsdp_config`` plan;
 - ``dp_replicate_size > 1`` with ``dp_shard_size > 1``: HSDP (each replica group shards, the replicas all-reduce);
 - ``dp_replicate_size > 1`` alone: plain data parallelism, DDP (what accelerate runs: no dimension to shard);
-- every size 1: nothing (accelerate makes it ``dp_replicate = number of processes``, DDP).
+- every size 1: nothing (accelerate makes it ``dp_replicate = number of processes``, DDP);
+- ``tp_size > 1`` alone: tensor parallelism on a model already sharded by transformers
+  (``from_pretrained(..., tp_plan="auto")``), as HF requires; every process of the group sees the same batches.
 
-``tp_size``, ``cp_size`` and ``sp_size`` above 1 are refused, each with its reason (see :data:`REFUSED_SIZES`).
+``tp_size`` with a data-parallel size, ``cp_size`` and ``sp_size`` above 1 are refused, each with its reason (see
+:data:`REFUSED_SIZES`).
 Pure: no Lightning, no torch.
 """
 
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ParallelismPlan", "REFUSED_SIZES", "parallelism_plan"]
+__all__ = ["ParallelismPlan", "REFUSED_SIZES", "data_parallel_layout", "parallelism_plan"]
 
 _SIZES = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")
 
@@ -31,11 +34,6 @@ _HF_ON_CPU = ("HF's Trainer cannot run it on CPU processes either: accelerate re
 
 #: The sizes hf_lightning refuses above 1, with why and what to do instead.
 REFUSED_SIZES: dict[str, str] = {
-    "tp_size": (
-        "tensor parallelism is not supported yet. HF's Trainer needs the model tensor-parallel already (loaded "
-        "with from_pretrained(..., tp_plan='auto') / distributed_config=DistributedConfig(tp_size=...)) and runs "
-        f"it on GPUs only; {_HF_ON_CPU}. Set tp_size=1 (shard with dp_shard_size or fsdp instead)"
-    ),
     "cp_size": (
         "context parallelism is not supported. HF runs it through accelerate's FSDP2 with torch's ring attention "
         "(context_parallel over SDPA), on GPUs only; accelerate turns FSDP on only for GPU-family devices and "
@@ -56,15 +54,19 @@ class ParallelismPlan:
     dp_replicate: int = 1
     #: Processes one copy of the model is sharded over with FSDP2 (1: no sharding).
     dp_shard: int = 1
+    #: Processes one layer's weights are split over (tensor parallelism; they all see the same batches).
+    tp: int = 1
 
     @property
     def total_size(self) -> int:
         """Processes the layout needs (accelerate's ``total_size``)."""
-        return self.dp_replicate * self.dp_shard
+        return self.dp_replicate * self.dp_shard * self.tp
 
     @property
     def strategy(self) -> str | None:
-        """``"fsdp"`` (FSDP2, HSDP with replicas), ``"ddp"`` (replicas only) or ``None`` (every size 1)."""
+        """``"tp"``, ``"fsdp"`` (FSDP2, HSDP with replicas), ``"ddp"`` (replicas only) or ``None`` (every size 1)."""
+        if self.tp > 1:
+            return "tp"
         if self.dp_shard > 1:
             return "fsdp"
         if self.dp_replicate > 1:
@@ -79,9 +81,9 @@ class ParallelismPlan:
         """
         if self.total_size != 1 and self.total_size != world_size:
             raise ValueError(
-                f"parallelism_config: dp_replicate_size ({self.dp_replicate}) x dp_shard_size ({self.dp_shard}) = "
-                f"{self.total_size} does not match the number of processes ({world_size}). Adjust the sizes so they "
-                f"multiply to {world_size}, or launch {self.total_size} processes."
+                f"parallelism_config: dp_replicate_size ({self.dp_replicate}) x dp_shard_size ({self.dp_shard}) x "
+                f"tp_size ({self.tp}) = {self.total_size} does not match the number of processes ({world_size}). "
+                f"Adjust the sizes so they multiply to {world_size}, or launch {self.total_size} processes."
             )
 
 
@@ -119,4 +121,20 @@ def parallelism_plan(config: Any) -> ParallelismPlan | None:
     for name, reason in REFUSED_SIZES.items():
         if sizes[name] > 1:
             raise ValueError(f"parallelism_config.{name}={sizes[name]}: {reason}.")
-    return ParallelismPlan(dp_replicate=sizes["dp_replicate_size"], dp_shard=sizes["dp_shard_size"])
+    if sizes["tp_size"] > 1 and sizes["dp_replicate_size"] * sizes["dp_shard_size"] > 1:
+        raise ValueError(
+            f"parallelism_config.tp_size={sizes['tp_size']} with dp_replicate_size={sizes['dp_replicate_size']} / "
+            f"dp_shard_size={sizes['dp_shard_size']}: tensor parallelism combined with data parallelism is not "
+            "supported yet (HF runs it on GPUs only; on CPU processes HF's Trainer refuses it too). Use tp_size alone, "
+            "or the data-parallel sizes alone"
+        )
+    return ParallelismPlan(dp_replicate=sizes["dp_replicate_size"], dp_shard=sizes["dp_shard_size"],
+                           tp=sizes["tp_size"])
+
+
+def data_parallel_layout(world_size: int, rank: int, config: Any) -> tuple[int, int]:
+    """``(processes with their own batches, this process's index among them)`` under ``config``: the tensor-parallel
+    processes of a group share their batches (the tensor-parallel dimension is the innermost of the mesh)."""
+    plan = parallelism_plan(config)
+    tp = plan.tp if plan is not None and world_size % plan.tp == 0 else 1
+    return world_size // tp, rank // tp

@@ -13,7 +13,8 @@ be checked without building processes.
 - ``fsdp`` + ``fsdp_config`` with ``version: 1`` → ``FSDPStrategy`` (sharding, auto-wrap policy, CPU offload,
   activation checkpointing, state-dict type; needs CUDA);
 - ``parallelism_config`` (accelerate's ``ParallelismConfig``) → ``HFFSDP2Strategy`` over ``dp_shard_size`` (HSDP with
-  ``dp_replicate_size``), or ``DDPStrategy`` over ``dp_replicate_size`` alone;
+  ``dp_replicate_size``), ``DDPStrategy`` over ``dp_replicate_size`` alone, ``HFTensorParallelStrategy`` for
+  ``tp_size`` alone;
 - more than one process → ``DDPStrategy`` with HF's ``ddp_*`` options;
 - one process → Lightning's ``"auto"``.
 """
@@ -192,6 +193,13 @@ def _parallelism(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> 
             "dimension to shard across. Set parallelism_config.dp_shard_size > 1, or remove fsdp (plain data "
             "parallelism) or parallelism_config."
         )
+    if plan.strategy == "tp":
+        from hf_lightning.tensor_parallel import HFTensorParallelStrategy
+
+        kwargs: dict[str, Any] = {"tp_size": plan.tp, "timeout": timedelta(seconds=int(args.ddp_timeout))}
+        if args.ddp_backend:
+            kwargs["process_group_backend"] = args.ddp_backend
+        return HFTensorParallelStrategy, kwargs
     return _ddp(args, on_cpu, world_size) if world_size > 1 else None
 
 

@@ -13,8 +13,9 @@ from accelerate.parallelism_config import ParallelismConfig
 from lightning.pytorch.strategies import DDPStrategy
 
 import hf_lightning
-from hf_lightning.args.parallelism import ParallelismPlan, parallelism_plan
+from hf_lightning.args.parallelism import ParallelismPlan, data_parallel_layout, parallelism_plan
 from hf_lightning.sharding import HFFSDP2Strategy
+from hf_lightning.tensor_parallel import HFTensorParallelStrategy
 from hf_lightning.trainer.strategies import resolve_strategy
 
 
@@ -27,6 +28,7 @@ def _args(tmp_path, **kw):
     ({"dp_shard_size": 2}, ParallelismPlan(1, 2)),
     ({"dp_replicate_size": 2}, ParallelismPlan(2, 1)),
     ({"dp_replicate_size": 2, "dp_shard_size": 4}, ParallelismPlan(2, 4)),
+    ({"tp_size": 2}, ParallelismPlan(1, 1, 2)),
 ])
 def test_accelerate_config_and_dict_read_the_same(sizes, plan):
     assert parallelism_plan(ParallelismConfig(**sizes)) == plan
@@ -42,6 +44,7 @@ MAPPING = [
     ({"dp_replicate_size": 2, "dp_shard_size": 2}, 4, {"fsdp": True}, HFFSDP2Strategy, 2),
     ({"dp_replicate_size": 2}, 2, {}, DDPStrategy, None),
     ({}, 2, {}, DDPStrategy, None),  # accelerate: every size 1 → dp_replicate = the number of processes
+    ({"tp_size": 2}, 2, {}, HFTensorParallelStrategy, None),
 ]
 
 
@@ -56,6 +59,32 @@ def test_sizes_map_to_lightning_strategies(tmp_path, sizes, world, fsdp, cls, re
         assert strategy._data_parallel_size == world and strategy._tensor_parallel_size == 1
         if fsdp.get("fsdp_config"):
             assert strategy.plan.layer_classes == ("GPT2Block",)
+    if cls is HFTensorParallelStrategy:
+        strategy = cls(**kwargs)
+        assert strategy.tp_size == 2
+        assert strategy._data_parallel_size == 1 and strategy._tensor_parallel_size == 2
+
+
+def test_tensor_parallel_processes_share_their_batches():
+    # The tensor-parallel dimension is the innermost of the mesh: both processes of the group load batch share 0.
+    assert data_parallel_layout(2, 1, ParallelismConfig(tp_size=2)) == (1, 0)
+    assert data_parallel_layout(2, 1, ParallelismConfig(dp_shard_size=2)) == (2, 1)
+    assert data_parallel_layout(2, 1, None) == (2, 1)
+
+
+def test_tensor_parallel_needs_a_model_transformers_sharded_with_that_size():
+    from torch import nn
+
+    strategy = HFTensorParallelStrategy(tp_size=2)
+    model = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=r"tp_size=2: the model is not tensor-parallel.*tp_plan='auto'"):
+        strategy.check_model(model)
+    model.weight.device_mesh = object()  # what a DTensor parameter has
+    model._tp_size = 4
+    with pytest.raises(ValueError, match=r"tp_size=2, but the model was loaded with tp_size=4"):
+        strategy.check_model(model)
+    model._tp_size = 2
+    strategy.check_model(model)
 
 
 def test_one_process_layout_leaves_the_other_arguments_in_charge(tmp_path):
@@ -65,10 +94,12 @@ def test_one_process_layout_leaves_the_other_arguments_in_charge(tmp_path):
 
 
 @pytest.mark.parametrize("sizes, world, extra, message", [
-    ({"dp_shard_size": 2}, 4, {}, r"dp_replicate_size \(1\) x dp_shard_size \(2\) = 2 does not match the number "
-                                  r"of processes \(4\)"),
+    ({"dp_shard_size": 2}, 4, {}, r"dp_replicate_size \(1\) x dp_shard_size \(2\) x tp_size \(1\) = 2 does not "
+                                  r"match the number of processes \(4\)"),
     ({"dp_replicate_size": 2}, 2, {"fsdp": True}, r"FSDP has no dimension to shard across"),
     ({}, 2, {"fsdp": True}, r"FSDP has no dimension to shard across"),
+    ({"tp_size": 2}, 2, {"fsdp": True}, r"FSDP has no dimension to shard across"),
+    ({"tp_size": 2}, 4, {}, r"x tp_size \(2\) = 2 does not match the number of processes \(4\)"),
     ({"dp_shard_size": 2}, 2, {"fsdp": True, "fsdp_config": {"version": 1}}, r"FSDP2 only.*version'\]=2"),
     ({"dp_shard_size": 2}, 2, {"fsdp": True, "fsdp_config": {"version": 3}}, r"FSDP versions are 1 and 2"),
 ], ids=repr)
@@ -86,8 +117,8 @@ def test_hsdp_strategy_needs_replicas_that_divide_the_processes():
 
 
 @pytest.mark.parametrize("sizes, message", [
-    ({"tp_size": 2}, r"parallelism_config.tp_size=2: tensor parallelism is not supported yet.*GPUs only.*"
-                     r"MULTI_CPU.*Set tp_size=1"),
+    ({"tp_size": 2, "dp_shard_size": 2}, r"parallelism_config.tp_size=2 with dp_replicate_size=1 / dp_shard_size=2: "
+                                         r"tensor parallelism combined with data parallelism is not supported yet"),
     ({"cp_size": 2}, r"parallelism_config.cp_size=2: context parallelism is not supported.*ring attention.*"
                      r"Set cp_size=1"),
     ({"dp_shard_size": 2, "cp_size": 2}, r"parallelism_config.cp_size=2"),
