@@ -55,6 +55,7 @@ from hf_lightning.lightning_settings import check_fit_settings, derive_fit_setti
 from hf_lightning.preflight import run_preflight
 from hf_lightning.seed import enable_full_determinism, set_seed
 from hf_lightning.sharding import HFFSDP2Strategy
+from hf_lightning.tensor_parallel import HFTensorParallelStrategy, clip_grad_norm_by_mesh, has_mixed_meshes
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -200,6 +201,7 @@ class HFLightningModule(pl.LightningModule):
         self._overflow_detector: UnderflowOverflowDetector | None = None
         self._train_mode_modules: tuple[nn.Module, list[nn.Module] | None] | None = None
         self._clip_parameters: tuple[nn.Module, list[nn.Parameter]] | None = None
+        self._mixed_meshes: bool | None = None  # gradients on a device mesh and off one (tensor parallelism)
         self._stepped_optimizer: Any = None
 
     @property
@@ -289,6 +291,8 @@ class HFLightningModule(pl.LightningModule):
         strategy = self.trainer.strategy
         if isinstance(strategy, HFFSDP2Strategy):
             strategy.shard(unwrap_model(self.model))
+        elif isinstance(strategy, HFTensorParallelStrategy):
+            strategy.check_model(unwrap_model(self.model))
 
     def _remove_overflow_detector(self) -> None:
         # Also reached from the next setup: a fit that raised never ran teardown.
@@ -349,8 +353,16 @@ class HFLightningModule(pl.LightningModule):
             return None
         if self._tokens_across_processes():
             total = self.all_gather(total).sum()
-        # HF divides by the tensor/context/sequence-parallel sizes, which makes it a float tensor.
-        return total / 1
+        # HF divides by the tensor/context/sequence-parallel sizes (the processes of a group count the same
+        # batch), which makes it a float tensor. Only in training: an evaluation batch's count is its own here
+        # (see _tokens_across_processes).
+        trainer = _compat.attached_trainer(self)
+        return total / (self._tp_size() if trainer is not None and trainer.training else 1)
+
+    def _tp_size(self) -> int:
+        """Processes of a tensor-parallel group, which see the same batches (1 without tensor parallelism)."""
+        trainer = _compat.attached_trainer(self)
+        return int(getattr(trainer.strategy, "tp_size", 1)) if trainer is not None else 1
 
     def _tokens_across_processes(self) -> bool:
         """Whether ``num_items_in_batch`` counts every process's tokens (``average_tokens_across_devices``).
@@ -388,7 +400,7 @@ class HFLightningModule(pl.LightningModule):
         ):
             # Undo DDP's gradient averaging: the loss is already a global token mean.
             if self._tokens_across_processes():
-                loss = loss * _compat.attached_trainer(self).world_size
+                loss = loss * (_compat.attached_trainer(self).world_size // self._tp_size())
         return (loss, outputs) if return_outputs else loss
 
     def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
@@ -551,13 +563,18 @@ class HFLightningModule(pl.LightningModule):
         # The model may have changed between two fits (a callback, model_init): list its modules again.
         self._clip_parameters = self._train_mode_modules = None
         self._stepped_optimizer = None
+        self._mixed_meshes = None
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Runs inside LightningOptimizer.step after the precision plugin unscaled fp16 grads. HF clips over
         # model.parameters() order (not the optimizer's groups) and logs the pre-clip norm.
         max_norm = float(self.args.max_grad_norm) if self.args.max_grad_norm and self.args.max_grad_norm > 0 \
             else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self._parameters_in_order(), max_norm)
+        params = self._parameters_in_order()
+        if self._mixed_meshes is None:
+            self._mixed_meshes = has_mixed_meshes(params)
+        norm = clip_grad_norm_by_mesh(params, max_norm) if self._mixed_meshes \
+            else torch.nn.utils.clip_grad_norm_(params, max_norm)
         # FSDP2's gradients are sharded DTensors: the norm of the full gradient is reduced over the shards.
         self.grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self._emit("on_pre_optimizer_step")

@@ -171,7 +171,7 @@ def shard_model(model: nn.Module, plan: FSDP2Plan, mesh: Any = None) -> nn.Modul
     Args:
         model: The (unwrapped) model, on its device.
         plan: What to do, from :func:`fsdp2_plan`.
-        mesh: The 1-D device mesh to shard over (``None``: every process).
+        mesh: The device mesh to shard over (``None``: every process); 2-D (replicate, shard) for HSDP.
 
     Returns:
         ``model``, now an ``FSDPModule``.
@@ -258,17 +258,35 @@ class HFFSDP2Strategy(ModelParallelStrategy):
     Args:
         plan: What ``fsdp_config`` asks for (:func:`fsdp2_plan`).
         world_size: Processes in the run; they form the one data-parallel dimension (no tensor parallelism).
+        replicate: Replica groups (``parallelism_config.dp_replicate_size``): above 1, HSDP, each group of
+            ``world_size // replicate`` processes shards one copy and the copies' gradients are all-reduced.
         **kwargs: ``ModelParallelStrategy``'s own (``process_group_backend``, ``timeout``).
     """
 
-    def __init__(self, plan: FSDP2Plan, world_size: int, **kwargs: Any) -> None:
+    def __init__(self, plan: FSDP2Plan, world_size: int, replicate: int = 1, **kwargs: Any) -> None:
+        if replicate < 1 or world_size % replicate:
+            raise ValueError(f"HFFSDP2Strategy: replicate={replicate} does not divide world_size={world_size}.")
         super().__init__(data_parallel_size=world_size, tensor_parallel_size=1,
                          save_distributed_checkpoint=plan.state_dict_type == "SHARDED_STATE_DICT", **kwargs)
         self.plan = plan
+        self.replicate = replicate
+        self._shard_mesh: Any = None
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        if self.replicate > 1:
+            # HSDP: fully_shard on a 2-D mesh replicates over its first dimension and shards over the second
+            # (accelerate's ("dp_replicate", "dp_shard_cp") mesh). Every process builds it: a collective.
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self._shard_mesh = init_device_mesh(
+                self.root_device.type, (self.replicate, self.world_size // self.replicate),
+                mesh_dim_names=("dp_replicate", "dp_shard"))
 
     def shard(self, model: nn.Module) -> nn.Module:
         """Shard ``model`` over the data-parallel dimension (``configure_model``); idempotent."""
-        return shard_model(model, self.plan, self.device_mesh["data_parallel"])
+        mesh = self._shard_mesh if self._shard_mesh is not None else self.device_mesh["data_parallel"]
+        return shard_model(model, self.plan, mesh)
 
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:

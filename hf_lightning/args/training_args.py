@@ -391,9 +391,10 @@ class TrainingArguments:
     accelerator_config: dict | str | None = field(
         default=None, metadata={"help": "HF's Accelerate options (dict, JSON string or JSON file path)."}
     )
-    # HF types this as accelerate's `ParallelismConfig`; hf_lightning does not depend on accelerate.
+    # HF types this as accelerate's `ParallelismConfig`; hf_lightning does not depend on accelerate (read in
+    # args/parallelism.py).
     parallelism_config: object | None = field(
-        default=None, metadata={"help": "Accelerate ParallelismConfig (unsupported)."}
+        default=None, metadata={"help": "Accelerate ParallelismConfig: dp_replicate_size / dp_shard_size."}
     )
 
     # --- Data loading ---
@@ -732,6 +733,9 @@ class TrainingArguments:
                 value = copy.deepcopy(value)
             if name.endswith("_token"):
                 value = f"<{name.upper()}>"
+            if name == "parallelism_config" and value is not None:
+                # HF writes ParallelismConfig.to_json(), which returns None (accelerate 1.15).
+                value = None
             result[name] = value
         _dtypes_to_str(result)
         return result

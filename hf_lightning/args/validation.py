@@ -28,6 +28,7 @@ import torch
 
 from hf_lightning._utils import enum_value, has_len
 from hf_lightning.args.enums import DebugOption, IntervalStrategy, SaveStrategy, SchedulerType
+from hf_lightning.args.parallelism import parallelism_plan
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -184,12 +185,6 @@ def _show(value: Any) -> str:
 _UNSUPPORTED_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("push_to_hub", bool, NO_HUB),
     (
-        "parallelism_config",
-        lambda value: value is not None,
-        "Accelerate's ParallelismConfig has no Lightning equivalent here. Use fsdp / deepspeed for sharding and "
-        "remove parallelism_config.",
-    ),
-    (
         "debug",
         lambda value: DebugOption.TPU_METRICS_DEBUG in value,
         "there are no TPUs here, so no TPU metrics to debug; remove tpu_metrics_debug from debug "
@@ -252,11 +247,18 @@ def refuse_unsupported(args: TrainingArguments) -> None:
             raise ValueError(f"`accelerator_config['{key}']={value!r}` is not supported by hf_lightning: {reason}")
     _check_configured_state(args)
     _apply_gradient_accumulation_kwargs(args)
+    _check_parallelism_config(args)
     if isinstance(args.fsdp_config, dict) and args.fsdp and args.fsdp_config.get("xla"):
         raise ValueError(
             "`fsdp_config['xla']=True` is not supported by hf_lightning: PyTorch/XLA FSDP has no Lightning "
             "strategy here; remove the xla keys to use FSDP on GPUs."
         )
+
+
+def _check_parallelism_config(args: TrainingArguments) -> None:
+    """``parallelism_config``'s sizes (``args/parallelism.py``; the strategy it needs is checked with the process
+    count, in ``trainer/strategies.py``)."""
+    parallelism_plan(args.parallelism_config)
 
 
 def _apply_gradient_accumulation_kwargs(args: TrainingArguments) -> None:

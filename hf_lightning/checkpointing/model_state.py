@@ -35,12 +35,13 @@ does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import safetensors.torch
@@ -65,6 +66,7 @@ __all__ = [
     "is_peft_model",
     "model_state_for",
     "prepare_model_saving",
+    "saved_as_whole",
     "WrittenBy",
 ]
 
@@ -662,6 +664,37 @@ def _tied_source(model: torch.nn.Module, key: str) -> str | None:
     return None
 
 
+class TensorParallelModelState(FSDP2ModelState):
+    """A model transformers loaded tensor-parallel (DTensor parameters, ``parallelism_config.tp_size``): gathered
+    and loaded as FSDP2's full state. Written by its ``save_pretrained`` as a whole model: with the model's
+    ``config.distributed_config`` in place, transformers' save gathers the shards itself and ends in a barrier
+    every process must reach, but only the saving process writes."""
+
+    def write(self, gathered: tuple[torch.nn.Module, dict[str, torch.Tensor]], folder: str) -> None:
+        with saved_as_whole(gathered[0]):
+            super().write(gathered, folder)
+
+
+@contextlib.contextmanager
+def saved_as_whole(model: torch.nn.Module) -> Iterator[None]:
+    """Let the saving process alone call ``model.save_pretrained(state_dict=<gathered weights>)`` on a model
+    transformers loaded distributed: without its ``config.distributed_config`` for the call, transformers neither
+    gathers nor waits at its closing barrier for the processes that do not save."""
+    config = getattr(model, "config", None)
+    distributed = getattr(config, "distributed_config", None)
+    if distributed is not None:
+        config.distributed_config = None
+    try:
+        yield
+    finally:
+        if distributed is not None:
+            config.distributed_config = distributed
+
+
+def _has_dtensor_parameters(model: torch.nn.Module) -> bool:
+    return any(hasattr(p, "device_mesh") for p in unwrap_model(model).parameters())
+
+
 def model_state_for(model: torch.nn.Module) -> ModelState:
     """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, ``FSDP2ModelState`` for a
     model sharded by FSDP2 (:class:`FSDP2ModelState`), else the plain kind.
@@ -671,6 +704,8 @@ def model_state_for(model: torch.nn.Module) -> ModelState:
     """
     if is_fsdp2_model(model):
         return FSDP2ModelState()
+    if _has_dtensor_parameters(model):
+        return TensorParallelModelState()
     return PeftModelState() if is_peft_model(model) else PlainModelState()
 
 

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 from hf_lightning._utils import enum_value, has_len, unwrap_model
+from hf_lightning.args.parallelism import data_parallel_layout
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.columns import RemoveColumnsCollator, remove_unused_columns, signature_columns
 from hf_lightning.data.dispatch import DispatchedLoader, IterableShard, broadcast_from_first
@@ -272,11 +273,13 @@ class HFDataModule(pl.LightningDataModule):
                           **kwargs)
 
     def _layout(self) -> tuple[int, int]:
-        """``(world size, rank)`` of the Lightning run this datamodule is attached to (1, 0 before that)."""
+        """``(processes, rank)`` sharing the data in the Lightning run this datamodule is attached to (1, 0 before
+        that); a tensor-parallel group counts once (``parallelism_config.tp_size``)."""
         trainer = self.trainer
         if trainer is None:
             return 1, 0
-        return trainer.world_size, trainer.global_rank
+        return data_parallel_layout(trainer.world_size, trainer.global_rank,
+                                    getattr(self.args, "parallelism_config", None))
 
     def train_micro_batches(self) -> int | None:
         """``len(train_dataloader)`` in micro-batches, or ``None`` for an unsized dataset."""
@@ -345,7 +348,8 @@ class HFDataModule(pl.LightningDataModule):
         its evaluation loaders before the ``lightning.Trainer`` that runs them)."""
         if self.trainer is not None:
             return self._layout()
-        return int(self.args.world_size), int(self.args.process_index)
+        return data_parallel_layout(int(self.args.world_size), int(self.args.process_index),
+                                    getattr(self.args, "parallelism_config", None))
 
     def val_dataloader(self) -> list[DataLoader]:
         datasets = self.eval_datasets()

@@ -24,7 +24,7 @@ from torch import nn
 from hf_lightning._utils import has_len
 from hf_lightning.args.validation import check_full_eval_precision, check_trainer_inputs
 from hf_lightning.callbacks.training_flow import HFFlowCallback
-from hf_lightning.checkpointing.model_state import FSDP2ModelState, is_fsdp2_model
+from hf_lightning.checkpointing.model_state import FSDP2ModelState, is_fsdp2_model, model_state_for
 from hf_lightning.checkpointing.paths import resolve_resume_checkpoint
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.data.datamodule import HFDataModule
@@ -509,9 +509,10 @@ class Trainer(ProtectedMembers):
         the folder being staged, called on every process as HF's ``_save_checkpoint`` calls them); otherwise the
         checkpoint writer does."""
         output_dir = output_dir or self.args.output_dir
-        if is_fsdp2_model(self.model):
-            # As HF under FSDP: every process takes part in gathering the full weights; the saving one writes.
-            self._save(output_dir, state_dict=FSDP2ModelState().gather(self.model, output_dir)[1])
+        if is_fsdp2_model(self.model) or isinstance(model_state_for(self.model), FSDP2ModelState):
+            # As HF under FSDP (and tensor parallelism): every process takes part in gathering the full weights;
+            # the saving one writes.
+            self._save(output_dir, state_dict=model_state_for(self.model).gather(self.model, output_dir)[1])
             return
         self._save(output_dir)
 

@@ -22,7 +22,7 @@ from torch.utils.data import SequentialSampler
 from hf_lightning import _compat
 from hf_lightning._utils import has_len, unwrap_model
 from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_NAME
-from hf_lightning.checkpointing.model_state import PlainModelState
+from hf_lightning.checkpointing.model_state import PlainModelState, saved_as_whole
 from hf_lightning.checkpointing.writer import save_model_files
 from hf_lightning.callbacks.evaluation import update_best_metric
 from hf_lightning.checkpointing.reader import load_model_weights
@@ -205,7 +205,8 @@ class _GivenStateDict(PlainModelState):
     def write(self, gathered: nn.Module, folder: str) -> None:
         save_pretrained = getattr(gathered, "save_pretrained", None)
         if callable(save_pretrained):
-            save_pretrained(folder, state_dict=self.state_dict)
+            with saved_as_whole(gathered):
+                save_pretrained(folder, state_dict=self.state_dict)
         else:
             safetensors.torch.save_file({k: v.contiguous() for k, v in self.state_dict.items()},
                                         os.path.join(folder, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})

@@ -12,6 +12,9 @@ be checked without building processes.
   or GPUs);
 - ``fsdp`` + ``fsdp_config`` with ``version: 1`` → ``FSDPStrategy`` (sharding, auto-wrap policy, CPU offload,
   activation checkpointing, state-dict type; needs CUDA);
+- ``parallelism_config`` (accelerate's ``ParallelismConfig``) → ``HFFSDP2Strategy`` over ``dp_shard_size`` (HSDP with
+  ``dp_replicate_size``), ``DDPStrategy`` over ``dp_replicate_size`` alone, ``HFTensorParallelStrategy`` for
+  ``tp_size`` alone;
 - more than one process → ``DDPStrategy`` with HF's ``ddp_*`` options;
 - one process → Lightning's ``"auto"``.
 """
@@ -74,21 +77,28 @@ def _name_policy(names: tuple[str, ...]):
     return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: type(module).__name__ in names)
 
 
+def _fsdp2(args: TrainingArguments, on_cpu: bool, world_size: int = 1,
+           replicate: int = 1) -> tuple[type, dict[str, Any]]:
+    from hf_lightning.sharding import HFFSDP2Strategy, fsdp2_plan
+
+    # cpu_offload runs on CPU processes too (torch's CPUOffloadPolicy keeps the shards where they already are;
+    # measured to train as without it), so it is not refused there.
+    plan = fsdp2_plan(args)
+    kwargs: dict[str, Any] = {"plan": plan, "world_size": world_size,
+                              "timeout": timedelta(seconds=int(args.ddp_timeout))}
+    if replicate > 1:
+        kwargs["replicate"] = replicate
+    if args.ddp_backend:
+        kwargs["process_group_backend"] = args.ddp_backend
+    return HFFSDP2Strategy, kwargs
+
+
 def _fsdp(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tuple[type, dict[str, Any]]:
     version = str((args.fsdp_config or {}).get("version", 2))
     if version not in ("1", "2"):
         raise ValueError(f"fsdp_config['version']={version}: FSDP versions are 1 and 2 (2 is the default).")
     if version == "2":
-        from hf_lightning.sharding import HFFSDP2Strategy, fsdp2_plan
-
-        # cpu_offload runs on CPU processes too (torch's CPUOffloadPolicy keeps the shards where they already are;
-        # measured to train as without it), so it is not refused there.
-        plan = fsdp2_plan(args)
-        kwargs = {"plan": plan, "world_size": world_size,
-                  "timeout": timedelta(seconds=int(args.ddp_timeout))}
-        if args.ddp_backend:
-            kwargs["process_group_backend"] = args.ddp_backend
-        return HFFSDP2Strategy, kwargs
+        return _fsdp2(args, on_cpu, world_size)
     if on_cpu:
         raise ValueError(
             "fsdp_config['version']=1 needs CUDA GPUs (Lightning's FSDPStrategy); this run is on the CPU. Use FSDP2 "
@@ -147,11 +157,57 @@ def _deepspeed(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tu
     return DeepSpeedStrategy, {"config": dict(config)}
 
 
-STRATEGY_REGISTRY = {"ddp": _ddp, "fsdp": _fsdp, "deepspeed": _deepspeed}
+def _parallelism(args: TrainingArguments, on_cpu: bool, world_size: int = 1) -> tuple[type, dict[str, Any]] | None:
+    """``parallelism_config`` (sizes read by ``args/parallelism.py``): FSDP2 over ``dp_shard`` (HSDP with
+    ``dp_replicate``), DDP over ``dp_replicate`` alone, nothing more for a layout of 1."""
+    from hf_lightning.args.parallelism import parallelism_plan
+
+    plan = parallelism_plan(args.parallelism_config)
+    plan.check_world_size(world_size)
+    if plan.total_size == 1 and world_size == 1:
+        # One process: accelerate returns before checking the layout, so the other arguments decide.
+        name = strategy_name(args, world_size, parallelism=False)
+        return None if name is None else STRATEGY_REGISTRY[name](args, on_cpu, world_size)
+    if args.deepspeed:
+        raise ValueError(
+            "parallelism_config with deepspeed: DeepSpeed shards the model itself. Remove parallelism_config (or "
+            "deepspeed)."
+        )
+    fsdp_version = str((args.fsdp_config or {}).get("version", 2)) if args.fsdp else None
+    if fsdp_version not in (None, "1", "2"):
+        raise ValueError(f"fsdp_config['version']={fsdp_version}: FSDP versions are 1 and 2 (2 is the default).")
+    if plan.strategy == "fsdp":
+        if fsdp_version == "1":
+            raise ValueError(
+                "parallelism_config.dp_shard_size > 1 with fsdp_config['version']=1: accelerate shards a "
+                "ParallelismConfig's dp_shard dimension with FSDP2 only. Use fsdp_config['version']=2 (the default)."
+            )
+        return _fsdp2(args, on_cpu, world_size, replicate=plan.dp_replicate)
+    if fsdp_version is not None and world_size > 1:
+        # accelerate's own check: FSDP with a layout that has no dimension to shard across.
+        raise ValueError(
+            f"fsdp with parallelism_config (dp_replicate_size={plan.dp_replicate}, dp_shard_size=1): FSDP has no "
+            "dimension to shard across. Set parallelism_config.dp_shard_size > 1, or remove fsdp (plain data "
+            "parallelism) or parallelism_config."
+        )
+    if plan.strategy == "tp":
+        from hf_lightning.tensor_parallel import HFTensorParallelStrategy
+
+        kwargs: dict[str, Any] = {"tp_size": plan.tp, "timeout": timedelta(seconds=int(args.ddp_timeout))}
+        if args.ddp_backend:
+            kwargs["process_group_backend"] = args.ddp_backend
+        return HFTensorParallelStrategy, kwargs
+    return _ddp(args, on_cpu, world_size) if world_size > 1 else None
 
 
-def strategy_name(args: TrainingArguments, world_size: int) -> str | None:
-    """Which registry entry ``args`` selects (``None``: Lightning's default for one process)."""
+STRATEGY_REGISTRY = {"ddp": _ddp, "fsdp": _fsdp, "deepspeed": _deepspeed, "parallelism": _parallelism}
+
+
+def strategy_name(args: TrainingArguments, world_size: int, parallelism: bool = True) -> str | None:
+    """Which registry entry ``args`` selects (``None``: Lightning's default for one process); with
+    ``parallelism=False``, as if ``parallelism_config`` were unset."""
+    if parallelism and args.parallelism_config is not None:
+        return "parallelism"
     if args.deepspeed:
         return "deepspeed"
     if args.fsdp:

@@ -5,6 +5,7 @@ usage: fsdp_script.py <lib: hf|ours> <output_dir> <result.json> [max_steps=N] [g
     [fsdp=0]   (fsdp=0: no fsdp arguments, a plain run, e.g. one process resuming an FSDP checkpoint)
     [dropout=0] [bf16] [ac] [offload]   (no dropout; bf16 mixed precision; fsdp_config activation_checkpointing;
     fsdp_config cpu_offload)
+    [pc=R,S]   (ours only: parallelism_config=ParallelismConfig(dp_replicate_size=R, dp_shard_size=S))
 
 The data has rows of different lengths, so each process's window holds a different number of label tokens and
 ``num_items_in_batch`` must be summed across processes (``average_tokens_across_devices``). Dropout is on.
@@ -56,6 +57,11 @@ def main():
             "state_dict_type": f"{opts.get('sdt', 'FULL')}_STATE_DICT",
             "activation_checkpointing": "ac" in sys.argv[4:], "cpu_offload": "offload" in sys.argv[4:]}}
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if "pc" in opts:
+        from accelerate.parallelism_config import ParallelismConfig
+
+        replicate, shard = (int(n) for n in opts["pc"].split(","))
+        fsdp["parallelism_config"] = ParallelismConfig(dp_replicate_size=replicate, dp_shard_size=shard)
     args = lib.TrainingArguments(
         output_dir=out, per_device_train_batch_size=int(opts.get("batch", 4 if world > 1 else 8)),
         per_device_eval_batch_size=4, gradient_accumulation_steps=int(opts.get("ga", 2)),
@@ -73,6 +79,7 @@ def main():
     last = get_last_checkpoint(out) if resume else None
     trainer.train(resume_from_checkpoint=last)
     metrics = trainer.evaluate() if "evaluate" in sys.argv[4:] else None
+    meshes = sorted({tuple(p.device_mesh.shape) for p in trainer.model.parameters() if hasattr(p, "device_mesh")})
     weights = _full_weights(trainer.model)
     rank = int(os.environ.get("RANK", "0"))
     if "save_model" in opts:
@@ -81,7 +88,9 @@ def main():
         with open(result, "w") as f:
             json.dump({"log_history": trainer.state.log_history, "world": world,
                        "weights": {k: v.tolist() for k, v in weights.items()},
-                       "model_class": type(trainer.model).__name__, "eval": metrics}, f)
+                       "model_class": type(trainer.model).__name__, "eval": metrics,
+                       "strategy": type(trainer._pl_trainer.strategy).__name__ if lib_name == "ours" else None,
+                       "meshes": meshes}, f)
     return trainer, model
 
 

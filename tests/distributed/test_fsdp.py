@@ -65,13 +65,15 @@ def _checkpoints(out):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """transformers' FSDP2 run and ours, same arguments (GA 2, evaluation and saving every 2 steps), in parallel."""
+    """transformers' FSDP2 run and ours, same arguments (GA 2, evaluation and saving every 2 steps), in parallel;
+    also ours with the same arguments plus ``parallelism_config=ParallelismConfig(dp_shard_size=2)``."""
     tmp = tmp_path_factory.mktemp("fsdp")
-    hf, ours = _launch_all(
+    hf, ours, pc = _launch_all(
         ("hf", tmp / "hf", tmp / "hf.json", 2),
         ("ours", tmp / "ours", tmp / "ours.json", 2, f"save_model={tmp / 'final'}", "evaluate"),
+        ("ours", tmp / "pc", tmp / "pc.json", 2, "pc=1,2"),
     )
-    return {"hf": hf, "ours": ours, "tmp": tmp}
+    return {"hf": hf, "ours": ours, "pc": pc, "tmp": tmp}
 
 
 def test_fsdp2_training_matches_hf(runs):
@@ -189,3 +191,34 @@ def test_fsdp2_options_train_as_without_them(tmp_path):
     assert _global_relative_difference(_weights(runs["bf16"]), _weights(runs["one_bf16"])) < 2e-2
     # bf16 really changed the arithmetic.
     assert _global_relative_difference(_weights(runs["bf16"]), _weights(runs["plain"])) > 1e-4
+
+
+def test_parallelism_config_dp_shard_runs_fsdp2_with_hf_numbers(runs):
+    # HF's Trainer refuses any ParallelismConfig on CPU processes (accelerate's MULTI_CPU); dp_shard_size=2 on GPUs
+    # is FSDP2 over both processes, whose numbers are those of HF's run here (see the module docstring).
+    pc, hf = runs["pc"], runs["hf"]
+    assert pc["strategy"] == "HFFSDP2Strategy" and pc["model_class"].startswith("FSDP")
+    assert pc["meshes"] == [[2]]  # every parameter sharded over the one dp_shard dimension of 2 processes
+    assert_log_history_equal(hf["log_history"], pc["log_history"], skip_keys=("eval_loss",))
+    _assert_weights_close(_weights(pc), _weights(hf))
+    assert _checkpoints(runs["tmp"] / "pc") == _checkpoints(runs["tmp"] / "hf")
+
+
+@pytest.mark.slow
+def test_parallelism_config_dp_replicate_runs_ddp_with_hf_numbers(runs, tmp_path):
+    # dp_replicate_size alone: plain data parallelism (accelerate runs DDP: nothing to shard across).
+    (pc,) = _launch_all(("ours", tmp_path / "pc", tmp_path / "pc.json", 2, "pc=2,1", "fsdp=0"))
+    assert pc["strategy"] == "DDPStrategy" and pc["meshes"] == []
+    assert_log_history_equal(runs["hf"]["log_history"], pc["log_history"], skip_keys=("eval_loss",))
+    _assert_weights_close(_weights(pc), _weights(runs["hf"]))
+
+
+@pytest.mark.slow
+def test_parallelism_config_hsdp_on_four_processes_matches_hf(tmp_path):
+    # dp_replicate_size=2 x dp_shard_size=2: HSDP, each pair of processes shards one copy (a 2-D mesh), against
+    # HF's 4-process run with the same arguments (DDP on CPU processes, the same numbers).
+    hf, pc = _launch_all(("hf", tmp_path / "hf", tmp_path / "hf.json", 4, "batch=2"),
+                         ("ours", tmp_path / "pc", tmp_path / "pc.json", 4, "batch=2", "pc=2,2"))
+    assert pc["strategy"] == "HFFSDP2Strategy" and pc["meshes"] == [[2, 2]]
+    assert_log_history_equal(hf["log_history"], pc["log_history"], skip_keys=("eval_loss",))
+    _assert_weights_close(_weights(pc), _weights(hf))

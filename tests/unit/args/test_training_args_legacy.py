@@ -155,7 +155,7 @@ def test_4x_values_we_cannot_honour_are_refused(kwargs, message):
 REFUSED = [
     ({"push_to_hub": True}, r"`push_to_hub=True` is not supported .*no hub here"),
     ({"push_to_hub": True, "hub_model_id": "me/model"}, r"`push_to_hub=True` is not supported"),
-    ({"parallelism_config": {"tp_size": 2}}, r"`parallelism_config=.*` is not supported"),
+    ({"parallelism_config": {"cp_size": 2}}, r"parallelism_config.cp_size=2: context parallelism is not supported"),
     ({"debug": "tpu_metrics_debug"}, r"`debug=\['tpu_metrics_debug'\]` is not supported .* no TPUs"),
     ({"fsdp": True, "fsdp_config": {"xla": True}}, r"`fsdp_config\['xla'\]=True` is not supported"),
 ]
