@@ -17,12 +17,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py --output_dir demo_output
 
+# Two pytest workers (pytest-xdist), one per core; --dist loadfile keeps a file's tests (and its module-scoped
+# fixtures, e.g. one torchrun launch shared by several tests) in one worker.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST)
 
 # Also the long tests (fuzz trials, extra torchrun variants, the benchmark's quick run): `@pytest.mark.slow`.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --run-slow
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --run-slow
 
 clean:
 	rm -rf $(VENV) demo_output
