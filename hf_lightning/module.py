@@ -51,6 +51,7 @@ from hf_lightning.model_setup import (
     enable_activation_checkpointing,
 )
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
+from hf_lightning.optim.packaged import set_optimizer_mode
 from hf_lightning.lightning_settings import check_fit_settings, derive_fit_settings
 from hf_lightning.preflight import run_preflight
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -201,6 +202,8 @@ class HFLightningModule(pl.LightningModule):
         self._train_mode_modules: tuple[nn.Module, list[nn.Module] | None] | None = None
         self._clip_parameters: tuple[nn.Module, list[nn.Parameter]] | None = None
         self._stepped_optimizer: Any = None
+        # The optimizer HF's Trainer would hold as `self.optimizer`: put in train / eval mode where HF does.
+        self._mode_optimizer: Any = None
 
     @property
     def trainer_state(self) -> Any:
@@ -308,6 +311,7 @@ class HFLightningModule(pl.LightningModule):
         if self.plan is None:
             raise RuntimeError("configure_optimizers ran before setup('fit') resolved the training plan.")
         optimizer = self.hooks.create_optimizer()
+        self._mode_optimizer = optimizer
         if self._hooks is None:
             scheduler = self.create_scheduler(num_training_steps=self.plan.max_steps, optimizer=optimizer)
         else:
@@ -394,6 +398,7 @@ class HFLightningModule(pl.LightningModule):
     def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
         """HF's per-micro-batch ``Trainer.training_step``: loss, GA scaling, backward; returns the detached loss."""
         self._ensure_train_mode(model)
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "train")
         inputs = self.hooks._prepare_inputs(inputs)
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if self.args.n_gpu > 1:
@@ -643,12 +648,15 @@ class HFLightningModule(pl.LightningModule):
 
     def on_validation_start(self) -> None:
         self.eval_accumulators = {}
+        # HF's evaluation loop puts the optimizer in eval mode (schedule-free swaps the weights) and leaves it so.
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "eval")
 
     def validation_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, batch_idx, dataloader_idx, default_keep=False)
 
     def on_test_start(self) -> None:
         self.eval_accumulators = {}
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "eval")
 
     def test_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
         # The facade runs evaluate() and predict() on Lightning's test loop; a plain `trainer.test` keeps the

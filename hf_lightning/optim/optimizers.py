@@ -2,8 +2,9 @@
 
 Reads ``optim``, ``optim_args``, ``learning_rate``, ``weight_decay``, ``adam_beta1``, ``adam_beta2`` and
 ``adam_epsilon`` by attribute name, so HF's ``TrainingArguments`` and ours both work. Every optimizer that pure
-torch can provide is built exactly as ``transformers.Trainer.get_optimizer_cls_and_kwargs`` (5.23) builds it;
-the names that need another package are refused with a clear error.
+torch can provide is built exactly as ``transformers.Trainer.get_optimizer_cls_and_kwargs`` (5.23) builds it, and
+so is each one whose package runs on a CPU (``optim/packaged.py``, imported only when chosen); the names that need
+CUDA, XLA or NPU are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 
 from hf_lightning.optim.adafactor import Adafactor
 from hf_lightning.optim.grouping import build_param_groups
+from hf_lightning.optim.packaged import PACKAGED_OPTIMIZERS
 
 __all__ = [
     "OPTIMIZER_REGISTRY",
@@ -148,6 +150,7 @@ OPTIMIZER_REGISTRY: dict[str, OptimizerBuilder] = {
     "sgd": _sgd,
     "adagrad": _adagrad,
     "rmsprop": _rmsprop,
+    **PACKAGED_OPTIMIZERS,
 }
 
 _BITSANDBYTES = (
@@ -177,13 +180,8 @@ UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
     ),
     "lomo": "lomo_optim",
     "adalomo": "lomo_optim",
-    "grokadamw": "grokadamw",
-    "schedule_free_radam": "schedulefree",
-    "schedule_free_adamw": "schedulefree",
-    "schedule_free_sgd": "schedulefree",
     "apollo_adamw": "apollo_torch",
     "apollo_adamw_layerwise": "apollo_torch",
-    "stable_adamw": "torch-optimi (optimi)",
 }
 
 
