@@ -51,7 +51,7 @@ from hf_lightning.model_setup import (
     enable_activation_checkpointing,
 )
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
-from hf_lightning.optim.packaged import set_optimizer_mode
+from hf_lightning.optim.packaged import set_optimizer_mode, uses_fused_backward
 from hf_lightning.lightning_settings import check_fit_settings, derive_fit_settings
 from hf_lightning.preflight import run_preflight
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -415,8 +415,23 @@ class HFLightningModule(pl.LightningModule):
             # HF divides by the window's own length, so a short last window is not under-weighted.
             loss = loss / self.current_window_len
         self.release_gradients()
-        self.manual_backward(loss)
+        learning_rate = None
+        if uses_fused_backward(self._mode_optimizer):
+            # HF hands LOMO the rate the scheduler gives now; the update happens in the backward.
+            learning_rate = current_learning_rate(self._mode_optimizer, self.lr_schedulers())
+        self.backward_micro_batch(loss, learning_rate=learning_rate)
         return loss.detach()
+
+    def backward_micro_batch(self, loss: torch.Tensor, learning_rate: float | None = None, **kwargs: Any) -> None:
+        """One micro-batch's backward, as accelerate's ``backward(loss, **kwargs)`` in HF's ``training_step``.
+
+        With a LOMO optimizer and a ``learning_rate``, ``fused_backward(loss, learning_rate)`` computes the
+        gradients and updates the weights; otherwise Lightning's ``manual_backward`` (precision scaling, DDP's sync).
+        """
+        if learning_rate is not None and uses_fused_backward(self._mode_optimizer):
+            self._mode_optimizer.fused_backward(loss, learning_rate)
+        else:
+            self.manual_backward(loss, **kwargs)
 
     def _prepare_input(self, data: Any) -> Any:
         """HF's ``_prepare_input``: tensors anywhere in ``data`` moved to this module's device, containers kept."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.optim.low_rank import low_rank_optimizer
+
 if TYPE_CHECKING:
     from hf_lightning.optim.optimizers import OptimizerRequest
 
@@ -24,7 +26,9 @@ __all__ = [
     "PACKAGED_OPTIMIZERS",
     "OptimizerPackage",
     "check_optimizer_package",
+    "keep_embeddings_32bit",
     "set_optimizer_mode",
+    "uses_fused_backward",
 ]
 
 
@@ -72,7 +76,9 @@ def _import(request: OptimizerRequest) -> ModuleType:
 
 
 def _missing_message(name: str, package: OptimizerPackage, problem: str) -> str:
-    requirement = package.requirement if package.min_version is None else f"{package.requirement}>={package.min_version}"
+    requirement = package.requirement
+    if package.min_version is not None:
+        requirement = f"{requirement}>={package.min_version}"
     return (
         f"TrainingArguments.optim={name!r} needs the `{package.module}` package, which {problem}: "
         f"`pip install \"{requirement}\"` (or choose another optim)."
@@ -163,7 +169,155 @@ def _stable_adamw(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
     return optimi.StableAdamW, kwargs
 
 
+# --------------------------------------------------------------------------------------------------- GaLore / APOLLO
+def _galore(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
+    galore = _import(request)
+    classes = {"galore_adamw": galore.GaLoreAdamW, "galore_adamw_8bit": galore.GaLoreAdamW8bit,
+               "galore_adafactor": galore.GaLoreAdafactor}
+    cls = classes[request.name.removesuffix("_layerwise")]
+    group = {
+        "rank": _int(request, "rank", 128),
+        "update_proj_gap": _int(request, "update_proj_gap", 200),
+        "scale": _float(request, "scale", 0.25),
+        "proj_type": request.optim_args.get("proj_type", "std"),
+    }
+    cls, kwargs = low_rank_optimizer(request.args, request.model, request.name, cls, group, request.base_kwargs())
+    if request.name == "galore_adafactor":
+        # HF sets these for the plain variant only: its layer-wise Adafactor fails in GaLore's own check.
+        kwargs.update({"scale_parameter": False, "relative_step": False})
+    return cls, kwargs
+
+
+def _apollo(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
+    apollo = _import(request)
+    group = {
+        "rank": _int(request, "rank", 128),
+        "proj": request.optim_args.get("proj", "random"),
+        "scale_type": request.optim_args.get("scale_type", "channel"),
+        "update_proj_gap": _int(request, "update_proj_gap", 200),
+        "scale": _float(request, "scale", 1.0),
+        "proj_type": request.optim_args.get("proj_type", "std"),
+        **request.adam_kwargs(),
+    }
+    return low_rank_optimizer(request.args, request.model, request.name, apollo.APOLLOAdamW, group,
+                              request.base_kwargs())
+
+
+def _int(request: OptimizerRequest, key: str, default: int) -> int:
+    value = request.optim_args.get(key, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"TrainingArguments.optim_args: {key}={value!r} is not an integer.") from None
+
+
+# --------------------------------------------------------------------------------------------------- LOMO
+def _lomo(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
+    lomo_optim = _import(request)
+    if request.model is None:
+        raise ValueError("You need to pass a `model` in order to correctly initialize a LOMO optimizer.")
+    base = lomo_optim.AdaLomo if request.name == "adalomo" else lomo_optim.Lomo
+    return _stepless(base), {**request.base_kwargs(), "model": request.model}
+
+
+_STEPLESS: dict[type, type] = {}
+
+
+def _stepless(base: type) -> type:
+    """``base`` with a ``step`` that only runs Lightning's closure (clipping, ``on_pre_optimizer_step``).
+
+    LOMO updates the weights inside its ``fused_backward``; HF's accelerate skips ``step()`` for it, and the
+    class's own ``step`` is torch's ``NotImplementedError``. Lightning counts optimizer steps in ``step()``, so the
+    loop calls it; this one updates nothing.
+    """
+    if base not in _STEPLESS:
+        def step(self: Any, closure: Any = None) -> Any:
+            return closure() if closure is not None else None
+
+        _STEPLESS[base] = type(base.__name__, (base,), {"step": step, "__module__": __name__})
+    return _STEPLESS[base]
+
+
+def uses_fused_backward(optimizer: Any) -> bool:
+    """Whether ``optimizer`` (a LOMO one) does its backward and update in ``fused_backward(loss, lr)``."""
+    return type(optimizer) in _STEPLESS.values()
+
+
+# --------------------------------------------------------------------------------------------------- torchao
+def _torchao(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
+    _import(request)
+    new_home = _version_tuple(importlib.metadata.version("torchao")) >= (0, 11)
+    torchao_optim = importlib.import_module("torchao.optim" if new_home else "torchao.prototype.low_bit_optim")
+    cls = torchao_optim.AdamW4bit if request.name == "adamw_torch_4bit" else torchao_optim.AdamW8bit
+    kwargs = request.base_kwargs()
+    # HF passes an optim_args block_size on as the string it is.
+    kwargs["block_size"] = request.optim_args.get("block_size", 256)
+    kwargs["bf16_stochastic_round"] = _strtobool(request.optim_args.get("bf16_stochastic_round", "False"),
+                                                 "bf16_stochastic_round")
+    kwargs.update(request.adam_kwargs())
+    return cls, kwargs
+
+
+def _strtobool(value: str, key: str) -> int:
+    lowered = value.lower()
+    if lowered in {"y", "yes", "t", "true", "on", "1"}:
+        return 1
+    if lowered in {"n", "no", "f", "false", "off", "0"}:
+        return 0
+    raise ValueError(f"TrainingArguments.optim_args: {key}={value!r} is not a truth value (true/false).")
+
+
+# --------------------------------------------------------------------------------------------------- bitsandbytes
+def _bitsandbytes(request: OptimizerRequest) -> tuple[type, dict[str, Any]]:
+    _import(request)
+    bnb_optim = importlib.import_module("bitsandbytes.optim")
+    name, args, options = request.name, request.args, request.optim_args
+    # HF's order of tests: "adam" first, so the AdEMAMix names (no "adam" in them) reach the last branch.
+    if "adam" in name:
+        cls, extra = bnb_optim.AdamW, request.adam_kwargs()
+    elif "lion" in name:
+        cls, extra = bnb_optim.Lion, {"betas": (args.adam_beta1, args.adam_beta2)}
+    elif "rmsprop" in name:
+        # HF passes optim_args on as strings.
+        cls, extra = bnb_optim.RMSprop, dict(options)
+    else:
+        cls = bnb_optim.AdEMAMix
+        extra = {
+            "betas": (float(options.get("beta1", args.adam_beta1)), float(options.get("beta2", args.adam_beta2)),
+                      float(options.get("beta3", 0.9999))),
+            "alpha": float(options.get("alpha", 5.0)),
+            "eps": float(options.get("eps", args.adam_epsilon)),
+        }
+        for key in ("t_alpha", "t_beta3"):
+            if key in options:
+                extra[key] = _int(request, key, 0)
+    kwargs = {**request.base_kwargs(), **extra, "optim_bits": 8 if "8bit" in name else 32}
+    if "rmsprop" not in name:
+        kwargs["is_paged"] = "paged" in name
+    return cls, kwargs
+
+
+def keep_embeddings_32bit(optimizer_cls: type, kwargs: dict[str, Any], model: Any) -> None:
+    """HF's rule for bitsandbytes' 8-bit optimizers: the embeddings' weights keep 32-bit optimizer state."""
+    if "bitsandbytes" not in str(optimizer_cls) or kwargs.get("optim_bits") != 8:
+        return
+    import torch.nn as nn
+
+    manager = importlib.import_module("bitsandbytes.optim").GlobalOptimManager.get_instance()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            manager.register_module_override(module, "weight", {"optim_bits": 32})
+
+
 _SCHEDULE_FREE = OptimizerPackage("schedulefree", "schedulefree")
+_BITSANDBYTES = OptimizerPackage("bitsandbytes", "bitsandbytes")
+_BITSANDBYTES_NAMES = (
+    "adamw_bnb_8bit adamw_8bit ademamix ademamix_8bit lion_8bit lion_32bit paged_adamw_32bit paged_adamw_8bit "
+    "paged_ademamix_32bit paged_ademamix_8bit paged_lion_32bit paged_lion_8bit rmsprop_bnb rmsprop_bnb_8bit "
+    "rmsprop_bnb_32bit"
+).split()
+_GALORE_NAMES = ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+                 "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise")
 
 #: ``optim`` value -> the package it needs.
 OPTIMIZER_PACKAGES: dict[str, OptimizerPackage] = {
@@ -172,6 +326,15 @@ OPTIMIZER_PACKAGES: dict[str, OptimizerPackage] = {
     "schedule_free_sgd": _SCHEDULE_FREE,
     "grokadamw": OptimizerPackage("grokadamw", "grokadamw"),
     "stable_adamw": OptimizerPackage("optimi", "torch-optimi"),
+    # GaLore and APOLLO import bitsandbytes (and transformers) themselves.
+    **dict.fromkeys(_GALORE_NAMES, OptimizerPackage("galore_torch", "galore-torch")),
+    "apollo_adamw": OptimizerPackage("apollo_torch", "apollo-torch"),
+    "apollo_adamw_layerwise": OptimizerPackage("apollo_torch", "apollo-torch"),
+    "lomo": OptimizerPackage("lomo_optim", "lomo-optim"),
+    "adalomo": OptimizerPackage("lomo_optim", "lomo-optim"),
+    "adamw_torch_4bit": OptimizerPackage("torchao", "torchao", min_version="0.4.0"),
+    "adamw_torch_8bit": OptimizerPackage("torchao", "torchao", min_version="0.4.0"),
+    **dict.fromkeys(_BITSANDBYTES_NAMES, _BITSANDBYTES),
 }
 
 #: ``optim`` value -> builder, merged into ``OPTIMIZER_REGISTRY``.
@@ -181,4 +344,12 @@ PACKAGED_OPTIMIZERS = {
     "schedule_free_sgd": _schedule_free,
     "grokadamw": _grokadamw,
     "stable_adamw": _stable_adamw,
+    **dict.fromkeys(_GALORE_NAMES, _galore),
+    "apollo_adamw": _apollo,
+    "apollo_adamw_layerwise": _apollo,
+    "lomo": _lomo,
+    "adalomo": _lomo,
+    "adamw_torch_4bit": _torchao,
+    "adamw_torch_8bit": _torchao,
+    **dict.fromkeys(_BITSANDBYTES_NAMES, _bitsandbytes),
 }

@@ -38,8 +38,117 @@ CASES = [
 ]
 
 
+LOW_RANK = {"optim_target_modules": ["attn", "mlp"], "optim_args": "rank=4,update_proj_gap=2,scale=0.5"}
+# Built from a tiny Llama (GaLore / APOLLO need nn.Linear modules).
+MODEL_CASES = [
+    ("galore_adamw", LOW_RANK),
+    ("galore_adafactor", {"optim_target_modules": r".*(q_proj|up_proj)", "optim_args": "proj_type=left"}),
+    ("galore_adamw_8bit", {"optim_target_modules": "all_linear"}),
+    ("galore_adamw_layerwise", LOW_RANK),
+    ("apollo_adamw", {"optim_target_modules": ["self_attn.q_proj", "mlp"], "optim_args": "proj=svd,rank=2"}),
+    ("apollo_adamw_layerwise", {"optim_target_modules": "all-linear"}),
+    ("lomo", {}),
+    ("adalomo", {}),
+    ("adamw_torch_4bit", {"optim_args": "block_size=128,bf16_stochastic_round=true"}),
+    ("adamw_torch_8bit", {}),
+    ("adamw_bnb_8bit", {}),
+    ("paged_adamw_32bit", {"adam_beta2": 0.95}),
+    ("lion_8bit", {}),
+    ("paged_lion_32bit", {}),
+    ("rmsprop_bnb", {"optim_args": "alpha=0.9"}),
+    ("rmsprop_bnb_8bit", {}),
+    ("ademamix", {"optim_args": "beta3=0.999,alpha=4,t_alpha=10,t_beta3=20"}),
+    ("paged_ademamix_8bit", {}),
+]
+
+
+def _llama():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2, vocab_size=32, max_position_embeddings=16)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _same(a, b) -> bool:
+    """Equal kwargs where tensors must be the very same objects and optimizers of one type over the same groups."""
+    if isinstance(a, torch.Tensor):
+        return a is b
+    if isinstance(a, torch.optim.Optimizer):
+        return type(a) is type(b) and _same(a.param_groups, b.param_groups)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
 def _skip_without_package(optim):
     pytest.importorskip(OPTIMIZER_PACKAGES[optim].module)
+
+
+@pytest.mark.parametrize(("optim", "extra"), MODEL_CASES)
+def test_model_based_cls_and_kwargs_equal_hf(optim, extra, tmp_path):
+    _skip_without_package(optim)
+    model = _llama()
+    args = _args(tmp_path, optim=optim, **extra)
+    hf_cls, hf_kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(args, model)
+    cls, kwargs = get_optimizer_cls_and_kwargs(args, model)
+    if optim.endswith("layerwise"):
+        assert type(hf_cls).__name__ == type(cls).__name__ and cls.__name__ == "LayerWiseDummyOptimizer"
+        hf_kwargs["optimizer_dict"] = dict(hf_kwargs["optimizer_dict"])
+    elif optim in ("lomo", "adalomo"):
+        assert issubclass(cls, hf_cls)  # the same class, with a step() that leaves the update to fused_backward
+    else:
+        assert cls is hf_cls
+    assert _same(kwargs, hf_kwargs), (kwargs, hf_kwargs)
+
+
+def test_layerwise_steps_each_parameter_in_the_backward(tmp_path):
+    pytest.importorskip("galore_torch")
+    model = _llama()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = create_optimizer(model, _args(tmp_path, optim="galore_adamw_layerwise", **LOW_RANK))
+    model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
+    assert all(p.grad is None for p in model.parameters())  # each parameter's optimizer stepped and zeroed it
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    assert type(optimizer).__name__ == "LayerWiseDummyOptimizer" and optimizer.step(lambda: 3) == 3
+
+
+@pytest.mark.parametrize(("extra", "error", "message"), [
+    ({}, ValueError, r"You need to define `optim_target_modules` to use galore_adamw optimizers"),
+    ({"optim_target_modules": ["nothing_here"]}, ValueError, r"No target modules found for galore_adamw"),
+    ({"optim_target_modules": ["attn"], "gradient_accumulation_steps": 2, "optim": "galore_adamw_layerwise"},
+     ValueError, r"Layerwise galore_adamw_layerwise does not support gradient accumulation"),
+])
+def test_low_rank_errors_like_hf(tmp_path, extra, error, message):
+    pytest.importorskip("galore_torch")
+    args = _args(tmp_path, **{"optim": "galore_adamw", **extra})
+    with pytest.raises(error, match=message):
+        get_optimizer_cls_and_kwargs(args, _llama())
+    with pytest.raises(error):
+        transformers.Trainer.get_optimizer_cls_and_kwargs(args, _llama())
+
+
+def test_low_rank_warns_about_a_named_module_that_is_not_linear(tmp_path, caplog):
+    pytest.importorskip("galore_torch")
+    args = _args(tmp_path, optim="galore_adamw", optim_target_modules=["mlp", "embed_tokens"])
+    with caplog.at_level("WARNING"):
+        get_optimizer_cls_and_kwargs(args, _llama())
+    assert "model.embed_tokens matched but ignored. galore_adamw only supports linear layers." in caplog.text
+
+
+def test_lomo_needs_the_model(tmp_path):
+    pytest.importorskip("lomo_optim")
+    with pytest.raises(ValueError, match="You need to pass a `model`"):
+        get_optimizer_cls_and_kwargs(_args(tmp_path, optim="lomo"))
+
+
+def test_bitsandbytes_8bit_keeps_embeddings_in_32bit(tmp_path):
+    bnb = pytest.importorskip("bitsandbytes")
+    model = _llama()
+    create_optimizer(model, _args(tmp_path, optim="adamw_bnb_8bit"))
+    overrides = bnb.optim.GlobalOptimManager.get_instance().module_weight_config_triple
+    assert (model.model.embed_tokens, "weight", {"optim_bits": 32}) in overrides
 
 
 @pytest.mark.parametrize(("optim", "extra"), CASES)
