@@ -115,3 +115,36 @@ def test_llama_bit_identical_to_hf(tmp_path, optim, extra, module):
     if optim.endswith("layerwise") or optim == "lomo":
         # The weights move in the backward; the loop's step and clipping see no gradient (HF logs 0.0).
         assert all(entry["grad_norm"] == 0.0 for entry in ours.log_history if "grad_norm" in entry)
+
+
+def _with_hf_shaped_lomo_step(base):
+    class HFShapedStep(base):
+        """HF 5.23's training_step body as subclasses copy it: the rate goes to ``accelerator.backward``."""
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            model.train()
+            if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+                self.optimizer.train()
+            inputs = self._prepare_inputs(inputs)
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            kwargs = {"learning_rate": self._get_learning_rate()} if self.args.optim == "lomo" else {}
+            self.accelerator.backward(loss, **kwargs)
+            return loss.detach()
+
+    return HFShapedStep
+
+
+def test_lomo_through_a_subclass_calling_accelerator_backward(tmp_path):
+    pytest.importorskip("lomo_optim")
+    import transformers
+
+    import hf_lightning
+
+    train, _ = lm_data(n_train=8, n_eval=0, vocab=64)
+    args = dict(per_device_train_batch_size=4, max_steps=2, logging_steps=1, learning_rate=5e-3, warmup_steps=1,
+                save_strategy="no", optim="lomo")
+    hf, ours = run_pair(_llama_with_dropout, tmp_path, train_dataset=train, args=args,
+                        hf_trainer_cls=_with_hf_shaped_lomo_step(transformers.Trainer),
+                        ours_trainer_cls=_with_hf_shaped_lomo_step(hf_lightning.Trainer))
+    assert_log_history_equal(hf.log_history, ours.log_history, rtol=0.0)
+    _assert_same_weights(hf.state_dict, ours.state_dict)
