@@ -1,10 +1,13 @@
-"""Optimizers that live in another package (schedule-free, GrokAdamW, StableAdamW, ...), built as HF 5.23 builds them.
+"""Optimizers that live in another package, built as HF 5.23 builds them.
 
-Each builder imports its package only when called, so hf_lightning imports without any of them; a missing package is
-reported by :func:`check_optimizer_package` before any work (``HFLightningModule.setup("fit")`` calls it) with the
-``pip install`` that fixes it. The keyword arguments, their order and HF's quirks are those of
-``transformers.trainer_optimizer`` (5.23); what the training loop must do besides ``step()`` (schedule-free's
-``train()`` / ``eval()`` modes) is done by the module (:func:`set_optimizer_mode`).
+schedule-free, GrokAdamW, StableAdamW (torch-optimi), GaLore, APOLLO, LOMO, torchao's low-bit AdamW and the
+bitsandbytes optimizers. Each builder imports its package only when called, so hf_lightning imports without any of
+them; a missing package is reported by :func:`check_optimizer_package` before any work (the preflight in
+``HFLightningModule.setup("fit")`` calls it) with the ``pip install`` that fixes it. The keyword arguments, their
+order and HF's quirks are those of ``transformers.trainer_optimizer`` (5.23). What the training loop does besides
+``step()`` is done by the module: schedule-free's ``train()`` / ``eval()`` modes (:func:`set_optimizer_mode`) and
+LOMO's ``fused_backward`` (:func:`uses_fused_backward`); GaLore / APOLLO's groups and layer-wise hooks are in
+``optim/low_rank.py``.
 """
 
 from __future__ import annotations
