@@ -51,6 +51,7 @@ from hf_lightning.model_setup import (
     enable_activation_checkpointing,
 )
 from hf_lightning.optim import create_optimizer, create_scheduler, current_learning_rate, is_metric_driven
+from hf_lightning.optim.packaged import set_optimizer_mode, uses_fused_backward
 from hf_lightning.lightning_settings import check_fit_settings, derive_fit_settings
 from hf_lightning.preflight import run_preflight
 from hf_lightning.seed import enable_full_determinism, set_seed
@@ -203,6 +204,8 @@ class HFLightningModule(pl.LightningModule):
         self._clip_parameters: tuple[nn.Module, list[nn.Parameter]] | None = None
         self._mixed_meshes: bool | None = None  # gradients on a device mesh and off one (tensor parallelism)
         self._stepped_optimizer: Any = None
+        # The optimizer HF's Trainer would hold as `self.optimizer`: put in train / eval mode where HF does.
+        self._mode_optimizer: Any = None
 
     @property
     def trainer_state(self) -> Any:
@@ -312,6 +315,7 @@ class HFLightningModule(pl.LightningModule):
         if self.plan is None:
             raise RuntimeError("configure_optimizers ran before setup('fit') resolved the training plan.")
         optimizer = self.hooks.create_optimizer()
+        self._mode_optimizer = optimizer
         if self._hooks is None:
             scheduler = self.create_scheduler(num_training_steps=self.plan.max_steps, optimizer=optimizer)
         else:
@@ -406,6 +410,7 @@ class HFLightningModule(pl.LightningModule):
     def hf_training_step(self, model: nn.Module, inputs: dict, num_items_in_batch: torch.Tensor | None = None):
         """HF's per-micro-batch ``Trainer.training_step``: loss, GA scaling, backward; returns the detached loss."""
         self._ensure_train_mode(model)
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "train")
         inputs = self.hooks._prepare_inputs(inputs)
         loss = self.hooks.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         if self.args.n_gpu > 1:
@@ -422,8 +427,23 @@ class HFLightningModule(pl.LightningModule):
             # HF divides by the window's own length, so a short last window is not under-weighted.
             loss = loss / self.current_window_len
         self.release_gradients()
-        self.manual_backward(loss)
+        learning_rate = None
+        if uses_fused_backward(self._mode_optimizer):
+            # HF hands LOMO the rate the scheduler gives now; the update happens in the backward.
+            learning_rate = current_learning_rate(self._mode_optimizer, self.lr_schedulers())
+        self.backward_micro_batch(loss, learning_rate=learning_rate)
         return loss.detach()
+
+    def backward_micro_batch(self, loss: torch.Tensor, learning_rate: float | None = None, **kwargs: Any) -> None:
+        """One micro-batch's backward, as accelerate's ``backward(loss, **kwargs)`` in HF's ``training_step``.
+
+        With a LOMO optimizer and a ``learning_rate``, ``fused_backward(loss, learning_rate)`` computes the
+        gradients and updates the weights; otherwise Lightning's ``manual_backward`` (precision scaling, DDP's sync).
+        """
+        if learning_rate is not None and uses_fused_backward(self._mode_optimizer):
+            self._mode_optimizer.fused_backward(loss, learning_rate)
+        else:
+            self.manual_backward(loss, **kwargs)
 
     def _prepare_input(self, data: Any) -> Any:
         """HF's ``_prepare_input``: tensors anywhere in ``data`` moved to this module's device, containers kept."""
@@ -660,12 +680,15 @@ class HFLightningModule(pl.LightningModule):
 
     def on_validation_start(self) -> None:
         self.eval_accumulators = {}
+        # HF's evaluation loop puts the optimizer in eval mode (schedule-free swaps the weights) and leaves it so.
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "eval")
 
     def validation_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, batch_idx, dataloader_idx, default_keep=False)
 
     def on_test_start(self) -> None:
         self.eval_accumulators = {}
+        set_optimizer_mode(self._mode_optimizer or self.given_optimizer, "eval")
 
     def test_step(self, batch: Mapping, batch_idx: int, dataloader_idx: int = 0) -> None:
         # The facade runs evaluate() and predict() on Lightning's test loop; a plain `trainer.test` keeps the

@@ -32,6 +32,7 @@ from hf_lightning._utils import enum_value, has_len, unwrap_model
 from hf_lightning.args.validation import check_trainable, evaluates_during_training
 from hf_lightning.checkpointing.writer import is_saving_process
 from hf_lightning.evaluation import metric_key
+from hf_lightning.optim.packaged import check_optimizer_package
 
 if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
@@ -421,7 +422,8 @@ def check_metric_for_best_model(module: Any, datamodule: Any) -> None:
 def run_preflight(module: Any, datamodule: Any) -> None:
     """Run every check before training starts; called once per ``fit`` by ``HFLightningModule.setup("fit")``.
 
-    Order: arguments, ``output_dir`` (on the processes that save, when checkpoints are saved), the model, the eval
+    Order: arguments, ``output_dir`` (on the processes that save, when checkpoints are saved), the model, the package
+    ``optim`` needs (when the optimizer is built from the arguments), the eval
     datasets, one collated training batch, ``metric_for_best_model``. Global RNG states are preserved.
 
     Args:
@@ -439,6 +441,8 @@ def run_preflight(module: Any, datamodule: Any) -> None:
     if enum_value(args.save_strategy) != "no" and saves_here:
         check_output_dir(args.output_dir)
     check_model(module.model, optimizer_given=module.given_optimizer is not None)
+    if module.given_optimizer is None and module.optimizer_cls_and_kwargs is None:
+        check_optimizer_package(args)
     check_eval_datasets(args, getattr(datamodule, "eval_dataset", None))
     loader = datamodule.train_loader()
     dataset = getattr(loader, "dataset", None)

@@ -2,8 +2,9 @@
 
 Reads ``optim``, ``optim_args``, ``learning_rate``, ``weight_decay``, ``adam_beta1``, ``adam_beta2`` and
 ``adam_epsilon`` by attribute name, so HF's ``TrainingArguments`` and ours both work. Every optimizer that pure
-torch can provide is built exactly as ``transformers.Trainer.get_optimizer_cls_and_kwargs`` (5.23) builds it;
-the names that need another package are refused with a clear error.
+torch can provide is built exactly as ``transformers.Trainer.get_optimizer_cls_and_kwargs`` (5.23) builds it, and
+so is each one whose package runs on a CPU (``optim/packaged.py``, imported only when chosen); the names that need
+CUDA, XLA or NPU are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 
 from hf_lightning.optim.adafactor import Adafactor
 from hf_lightning.optim.grouping import build_param_groups
+from hf_lightning.optim.packaged import PACKAGED_OPTIMIZERS, keep_embeddings_32bit
 
 __all__ = [
     "OPTIMIZER_REGISTRY",
@@ -148,42 +150,15 @@ OPTIMIZER_REGISTRY: dict[str, OptimizerBuilder] = {
     "sgd": _sgd,
     "adagrad": _adagrad,
     "rmsprop": _rmsprop,
+    **PACKAGED_OPTIMIZERS,
 }
 
-_BITSANDBYTES = (
-    "adamw_bnb_8bit adamw_8bit ademamix ademamix_8bit lion_8bit lion_32bit paged_adamw_32bit paged_adamw_8bit "
-    "paged_ademamix_32bit paged_ademamix_8bit paged_lion_32bit paged_lion_8bit rmsprop_bnb rmsprop_bnb_8bit "
-    "rmsprop_bnb_32bit"
-).split()
-
-#: HF ``OptimizerNames`` values that need a package besides torch -> that package.
+#: HF ``OptimizerNames`` values hf_lightning does not build -> the package they need. Each needs hardware that
+#: HF's own Trainer needs for it too (an XLA device, an Ascend NPU) or a package not on PyPI (torchdistx).
 UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
     "adamw_torch_xla": "torch_xla",
     "adamw_torch_npu_fused": "torch_npu",
     "adamw_anyprecision": "torchdistx",
-    "adamw_torch_4bit": "torchao",
-    "adamw_torch_8bit": "torchao",
-    **dict.fromkeys(_BITSANDBYTES, "bitsandbytes"),
-    **dict.fromkeys(
-        [
-            "galore_adamw",
-            "galore_adamw_8bit",
-            "galore_adafactor",
-            "galore_adamw_layerwise",
-            "galore_adamw_8bit_layerwise",
-            "galore_adafactor_layerwise",
-        ],
-        "galore_torch",
-    ),
-    "lomo": "lomo_optim",
-    "adalomo": "lomo_optim",
-    "grokadamw": "grokadamw",
-    "schedule_free_radam": "schedulefree",
-    "schedule_free_adamw": "schedulefree",
-    "schedule_free_sgd": "schedulefree",
-    "apollo_adamw": "apollo_torch",
-    "apollo_adamw_layerwise": "apollo_torch",
-    "stable_adamw": "torch-optimi (optimi)",
 }
 
 
@@ -193,7 +168,7 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     Args:
         args: Training arguments (HF's or ours); reads ``optim``, ``optim_args``, ``learning_rate``,
             ``adam_beta1``, ``adam_beta2``, ``adam_epsilon``.
-        model: The model, for builders that need it (none of the supported ones do today).
+        model: The model, for builders that need it (GaLore, APOLLO, LOMO).
 
     Returns:
         ``(optimizer_cls, kwargs)``, equal to ``transformers.Trainer.get_optimizer_cls_and_kwargs(args)``
@@ -201,6 +176,7 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
 
     Raises:
         ValueError: ``optim`` is unknown, or needs a package hf_lightning does not drive.
+        ImportError: ``optim`` needs a package that is not installed (the message gives the ``pip install``).
     """
     name = getattr(args.optim, "value", args.optim)
     builder = OPTIMIZER_REGISTRY.get(name)
@@ -255,6 +231,11 @@ def create_optimizer(
     kwargs = dict(kwargs)
     if not _is_optimizer_class(optimizer_cls):
         return optimizer_cls()(model, **kwargs)
-    if "params" in kwargs:
-        groups = kwargs.pop("params")
-    return optimizer_cls(groups, **kwargs)
+    # As HF, in this order: GaLore / APOLLO give their own groups, LOMO takes the model, a layer-wise optimizer
+    # its per-parameter optimizers, each in place of the groups.
+    for key in ("params", "model", "optimizer_dict"):
+        if key in kwargs:
+            groups = kwargs.pop(key)
+    optimizer = optimizer_cls(groups, **kwargs)
+    keep_embeddings_32bit(optimizer_cls, kwargs, model)
+    return optimizer

@@ -221,7 +221,8 @@ class AcceleratorView:
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """The backward of one micro-batch, through Lightning (precision scaling, DDP's sync)."""
         self._module.release_gradients()
-        self._module.manual_backward(loss, **kwargs)
+        # HF's training_step passes `learning_rate` for LOMO optimizers (accelerate then calls fused_backward).
+        self._module.backward_micro_batch(loss, **kwargs)
 
     @property
     def num_processes(self) -> int:

@@ -112,7 +112,8 @@ def test_unsupported_optimizer_names_fail_clearly(name, tmp_path):
 
 def test_unknown_optimizer_name_lists_supported():
     args = SimpleNamespace(optim="adam", optim_args=None, learning_rate=1e-3)
-    with pytest.raises(ValueError, match=r"optim='adam' is not a known optimizer.*adafactor, adagrad, adamw_torch"):
+    with pytest.raises(ValueError,
+                       match=r"optim='adam' is not a known optimizer.*adafactor, adagrad, adalomo, adamw_8bit"):
         get_optimizer_cls_and_kwargs(args)
 
 
