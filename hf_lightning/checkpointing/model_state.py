@@ -35,6 +35,7 @@ does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` a
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import logging
 import os
@@ -52,7 +53,7 @@ from hf_lightning.checkpointing.layout import FSDP_FULL_WEIGHTS_NAME, FSDP_OPTIM
 from hf_lightning.checkpointing.layout import FSDP_SHARDED_OPTIMIZER_DIR
 from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_lightning.checkpointing.layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load
+from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load, verify_dcp_metadata
 
 __all__ = [
     "FSDP2ModelState",
@@ -554,22 +555,49 @@ def _options(**kwargs: Any):
 
 
 def _dcp_folder(folder: str, name: str) -> str:
-    """``folder/name``, a torch.distributed.checkpoint folder, refused unless complete (its ``.metadata``)."""
+    """``folder/name``, a torch.distributed.checkpoint folder, refused unless complete (its ``.metadata``) and
+    its ``.metadata`` names nothing but checkpoint metadata (torch unpickles it freely)."""
     path = os.path.join(folder, name)
-    if not os.path.isfile(os.path.join(path, DCP_METADATA_NAME)):
+    metadata = os.path.join(path, DCP_METADATA_NAME)
+    if not os.path.isfile(metadata):
         raise CheckpointLoadError(path, f"it has no {DCP_METADATA_NAME}, so its save did not finish")
+    verify_dcp_metadata(metadata)
     return path
+
+
+def _dcp_load(state: dict, path: str) -> None:
+    """``torch.distributed.checkpoint.load`` into ``state`` (in place), with every non-tensor value read with
+    ``weights_only=True`` (torch's default planner unpickles them freely)."""
+    import torch.distributed.checkpoint as dcp
+
+    class SafeLoadPlanner(dcp.DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            data = value.getvalue()
+            try:
+                torch.load(io.BytesIO(data), weights_only=True)
+            except Exception:  # noqa: BLE001 - a value that is not plain data is refused unread
+                raise CheckpointLoadError(path, f"its entry {read_item.dest_index.fqn!r} holds objects other than "
+                                                "tensors and plain values, so loading it was refused") from None
+            super().load_bytes(read_item, io.BytesIO(data))
+
+    try:
+        dcp.load(state, storage_reader=dcp.FileSystemReader(path), planner=SafeLoadPlanner())
+    except dcp.CheckpointException as err:
+        # torch wraps every process's failure; a refused entry is raised as itself on every process.
+        for failure, _ in err.failures.values():
+            if isinstance(failure, CheckpointLoadError):
+                raise failure from None
+        raise
 
 
 def _load_dcp_model(model: torch.nn.Module, folder: str) -> WeightsLoadResult:
     """Read ``pytorch_model_fsdp_0/`` (HF's SHARDED_STATE_DICT model, stored as ``{"model": state_dict}``) into
     ``model``: each process reads its shard of a sharded model, one process the whole of an unsharded one."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     path = _dcp_folder(folder, FSDP_SHARDED_MODEL_DIR)
     state = {"model": get_model_state_dict(model)}
-    dcp.load(state, storage_reader=dcp.FileSystemReader(path))
+    _dcp_load(state, path)
     set_model_state_dict(model, state["model"])
     return WeightsLoadResult([], [])
 
@@ -588,11 +616,9 @@ def load_optimizer_files(model: torch.nn.Module, optimizer: torch.optim.Optimize
 
     unwrapped = unwrap_model(model)
     if os.path.isdir(os.path.join(folder, FSDP_SHARDED_OPTIMIZER_DIR)):
-        import torch.distributed.checkpoint as dcp
-
         path = _dcp_folder(folder, FSDP_SHARDED_OPTIMIZER_DIR)
         state = {"optimizer": get_optimizer_state_dict(unwrapped, optimizer)}
-        dcp.load(state, storage_reader=dcp.FileSystemReader(path))
+        _dcp_load(state, path)
         set_optimizer_state_dict(unwrapped, optimizer, state["optimizer"])
         return True
     path = os.path.join(folder, FSDP_OPTIMIZER_NAME)

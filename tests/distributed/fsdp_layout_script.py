@@ -4,7 +4,8 @@ usage: fsdp_layout_script.py <work_dir> <result.json> <FULL|SHARDED>...
 
 For each state_dict_type given:
 
-1. our FSDP2 run, 4 steps, checkpoints at 2 and 4 (``checkpoint-2`` in HF's FSDP layout);
+1. our FSDP2 run, 4 steps, checkpoints at 2 and 4 (``checkpoint-2`` in HF's FSDP layout), then ``save_model()``,
+   loaded by ``from_pretrained``;
 2. accelerate's own ``load_fsdp_model`` / ``load_fsdp_optimizer`` read our ``checkpoint-2`` into a fresh
    ``fully_shard``-ed model and optimizer; their full state is recorded;
 3. accelerate's own ``save_fsdp_model`` / ``save_fsdp_optimizer`` write that state into a new ``checkpoint-2``
@@ -60,6 +61,8 @@ def _train(out, sdt, resume=None):
     trainer = hf_lightning.Trainer(model=_model(), args=args, train_dataset=padded_lm_data(n=40, seed=1),
                                    data_collator=pad_collator)
     trainer.train(resume_from_checkpoint=resume)
+    if resume is None:
+        trainer.save_model(os.path.join(out, "final"))  # full weights for from_pretrained, in either layout
     return _full(trainer.model), trainer.state.log_history
 
 
@@ -152,6 +155,10 @@ def run(work, sdt):
     resumed, resumed_history = _train(theirs, sdt, resume=theirs_ckpt)
 
     if rank == 0:
+        from transformers import GPT2LMHeadModel
+
+        final = GPT2LMHeadModel.from_pretrained(os.path.join(ours, "final")).state_dict()
+        result["from_pretrained_equal"] = sorted(k for k in uninterrupted if torch.equal(final[k], uninterrupted[k]))
         result.update(
             weights_equal_after_resume=sorted(k for k in uninterrupted if torch.equal(uninterrupted[k], resumed[k])),
             weight_names=sorted(uninterrupted),

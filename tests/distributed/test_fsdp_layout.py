@@ -55,6 +55,8 @@ def _check(result, layout):
     assert result["accelerate_optimizer_equal"]
     assert result["optimizer_step"] == 2.0
     assert [group["weight_decay"] for group in result["optimizer_groups"]] == [0.1, 0.0]
+    # save_model() writes the full weights (also with SHARDED_STATE_DICT), which from_pretrained reads.
+    assert result["from_pretrained_equal"] == result["weight_names"]
     # Our FSDP2 run resumed accelerate's folder and ended bit-identical to the uninterrupted run.
     assert result["weights_equal_after_resume"] == result["weight_names"]
     assert result["resumed_loss_at_4"] == result["loss_at_4"]
