@@ -27,6 +27,7 @@ import torch
 
 from hf_lightning.checkpointing.errors import CheckpointLoadError
 from hf_lightning.checkpointing.layout import (
+    DCP_METADATA_NAME,
     OPTIMIZER_NAME,
     RNG_STATE_PREFIX,
     SCALER_NAME,
@@ -174,6 +175,11 @@ def verify_checkpoint_files(checkpoint_dir: str | os.PathLike) -> list[str]:
     checked = []
     for name in names:
         path = os.path.join(folder, name)
+        if os.path.isfile(os.path.join(path, DCP_METADATA_NAME)):
+            # HF's FSDP SHARDED_STATE_DICT folders (`pytorch_model_fsdp_0/`, `optimizer_0/`): their metadata pickle.
+            verify_dcp_metadata(os.path.join(path, DCP_METADATA_NAME))
+            checked.append(os.path.join(name, DCP_METADATA_NAME))
+            continue
         if not os.path.isfile(path):
             continue
         if name in (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME):

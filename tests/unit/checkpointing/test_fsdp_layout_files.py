@@ -11,6 +11,7 @@ import torch
 
 from hf_lightning.checkpointing.errors import CheckpointLoadError
 from hf_lightning.checkpointing.reader import load_model_weights, load_optimizer_and_scheduler
+from hf_lightning.checkpointing.safe_load import verify_checkpoint_files
 
 
 def _trained(seed):
@@ -78,6 +79,7 @@ class _Marker:
 
 def test_unfinished_or_tampered_sharded_folders_are_refused_unread(tmp_path):
     _accelerate_folder(tmp_path, "SHARDED")
+    (tmp_path / "trainer_state.json").write_text("{}")
     model, optimizer, scheduler = _trained(1)
     marker = tmp_path / "code-ran"
     # A save that did not finish: no `.metadata` (torch.distributed.checkpoint writes it last).
@@ -86,12 +88,15 @@ def test_unfinished_or_tampered_sharded_folders_are_refused_unread(tmp_path):
     metadata.unlink()
     with pytest.raises(CheckpointLoadError, match="has no .metadata"):
         load_model_weights(model, tmp_path)
-    # A `.metadata` naming anything but checkpoint metadata is never unpickled.
+    # A `.metadata` naming anything but checkpoint metadata is never unpickled (nor by the resume's file check).
     metadata.write_bytes(pickle.dumps(_Marker(str(marker))))
     with pytest.raises(CheckpointLoadError, match="os.makedirs"):
         load_model_weights(model, tmp_path)
+    with pytest.raises(CheckpointLoadError, match="os.makedirs"):
+        verify_checkpoint_files(tmp_path)
     metadata.write_bytes(kept)
     load_model_weights(model, tmp_path)
+    assert "pytorch_model_fsdp_0/.metadata" in verify_checkpoint_files(tmp_path)
     # A stored value (the optimizer's param groups are pickled values) that is not plain data is refused unread.
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
