@@ -11,6 +11,10 @@
 * :meth:`~ModelState.write` at every save on the saving process only, with what ``gather`` returned;
 * :meth:`~ModelState.load` on every process, reading the folder back into the model.
 
+The optimizer's state goes to ``optimizer.pt`` through ``optimizer_state`` (every process; the saving process
+writes it); a kind with a ``save_optimizer(model, optimizer, folder, should_save)`` method (FSDP2's) writes its own
+optimizer files instead, called on every process.
+
 :class:`PlainModelState` is the default: a model with ``save_pretrained`` saves itself, any other module as
 ``model.safetensors`` (tied weights as separate copies); it loads ``model.safetensors``, ``pytorch_model.bin`` and
 sharded indexes of either. :class:`PeftModelState` is chosen for a PEFT model (:func:`model_state_for`): it saves
