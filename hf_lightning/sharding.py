@@ -95,13 +95,6 @@ def fsdp2_plan(args: TrainingArguments) -> FSDP2Plan:
             f"fsdp_config['state_dict_type']={config.get('state_dict_type')!r}: FSDP2 checkpoints are "
             "FULL_STATE_DICT or SHARDED_STATE_DICT."
         )
-    if state_dict_type == "SHARDED_STATE_DICT":
-        logger.warning(
-            "fsdp_config['state_dict_type']='SHARDED_STATE_DICT': hf_lightning does not write sharded FSDP2 "
-            "checkpoints yet; checkpoint-N folders hold the full weights and optimizer state (model.safetensors, "
-            "optimizer.pt), gathered from the shards, as with FULL_STATE_DICT. HF's pytorch_model_fsdp_0/ and "
-            "optimizer_0/ folders are neither written nor read."
-        )
     param_dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
     return FSDP2Plan(
         layer_classes=tuple(layers) if layers else None,

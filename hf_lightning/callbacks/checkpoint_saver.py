@@ -158,7 +158,7 @@ class CheckpointSaver:
             # An earlier run's folder of this name is kept aside, not deleted.
             keep_replaced=folder in foreign,
             flush_in_background=in_background,
-            model_state=self._model_state(module.model),
+            model_state=self._model_state(module.model, trainer),
             extra_callback_states=extra_callback_states,
         )
         # Through the strategy's CheckpointIO, so a user's CheckpointIO plugin sees HF checkpoints too.
@@ -179,8 +179,10 @@ class CheckpointSaver:
         else:
             rotate()
 
-    def _model_state(self, model: Any) -> ModelState:
-        state = model_state_for(model)
+    def _model_state(self, model: Any, trainer: pl.Trainer) -> ModelState:
+        # Under FSDP2 the layout HF's FSDP run writes for fsdp_config["state_dict_type"] (the strategy's plan).
+        plan = getattr(trainer.strategy, "plan", None)
+        state = model_state_for(model, getattr(plan, "state_dict_type", "FULL_STATE_DICT"))
         return state if self.write_model is None else WrittenBy(state, self.write_model)
 
     @staticmethod

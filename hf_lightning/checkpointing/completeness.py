@@ -5,7 +5,9 @@ A folder is complete when (checked in this order):
 1. it has ``trainer_state.json``, the last file both HF's Trainer and our writer write, so a save killed before
    the end lacks it;
 2. that file parses (a kill while HF wrote it leaves it cut short);
-3. it holds model weights in a layout HF can resume from (:func:`has_model_weights`);
+3. it holds model weights in a layout HF can resume from (:func:`has_model_weights`), and each of HF's FSDP
+   sharded folders (``pytorch_model_fsdp_0/``, ``optimizer_0/``) has its ``.metadata``, which
+   torch.distributed.checkpoint writes last;
 4. no file is truncated: every file is non-empty, every ``.safetensors`` file as long as its header says and every
    zip-format torch file (``.pt``/``.pth``/``.bin``) ends with its zip directory. A folder renamed just before a
    power cut (see :mod:`hf_lightning.checkpointing.durability`) can come back like that. The checks read a few
@@ -24,8 +26,10 @@ import os
 from hf_lightning.checkpointing.layout import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
+    DCP_METADATA_NAME,
     DEEPSPEED_TAG_FILE,
     FSDP_MODEL_PREFIX,
+    FSDP_SHARDED_OPTIMIZER_DIR,
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
     TRAINER_STATE_NAME,
@@ -45,6 +49,8 @@ _WEIGHT_FILES = (
     ADAPTER_WEIGHTS_NAME,
 )
 _ADAPTER_FILES = (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+# Names of HF's FSDP torch.distributed.checkpoint folders (`pytorch_model_fsdp_0/`, `optimizer_0/`).
+_DCP_FOLDER_PREFIXES = (FSDP_MODEL_PREFIX, FSDP_SHARDED_OPTIMIZER_DIR[:-1])
 
 
 def has_model_weights(path: str | os.PathLike) -> bool:
@@ -55,15 +61,20 @@ def has_model_weights(path: str | os.PathLike) -> bool:
 
     Returns:
         True when it has ``model.safetensors``, ``pytorch_model.bin``, a sharded index of either, PEFT adapter
-        weights (at the top or one sub-folder per adapter), an FSDP model (``pytorch_model_fsdp*``) or a DeepSpeed
-        ``latest`` tag.
+        weights (at the top or one sub-folder per adapter), an FSDP model (``pytorch_model_fsdp.bin``, or a
+        ``pytorch_model_fsdp_*`` folder with its ``.metadata``) or a DeepSpeed ``latest`` tag.
     """
     if not os.path.isdir(path):
         return False
     names = os.listdir(path)
     if any(os.path.isfile(os.path.join(path, name)) for name in _WEIGHT_FILES if name in names):
         return True
-    if DEEPSPEED_TAG_FILE in names or any(name.startswith(FSDP_MODEL_PREFIX) for name in names):
+    if DEEPSPEED_TAG_FILE in names:
+        return True
+    # HF's FSDP weights: `pytorch_model_fsdp.bin`, or a torch.distributed.checkpoint folder such as
+    # `pytorch_model_fsdp_0/`, which holds weights only once its `.metadata` (written last) exists.
+    if any(name.startswith(FSDP_MODEL_PREFIX) and (os.path.isfile(os.path.join(path, name))
+                                                   or _dcp_complete(os.path.join(path, name))) for name in names):
         return True
     # Several PEFT adapters are saved in one sub-folder each.
     return any(
@@ -94,6 +105,11 @@ def incomplete_reason(path: str | os.PathLike) -> str | None:
         return f"{TRAINER_STATE_NAME} does not parse"
     if not has_model_weights(path):
         return "no model weights"
+    for name in sorted(os.listdir(path)):
+        # HF's FSDP SHARDED_STATE_DICT folders (`pytorch_model_fsdp_0/`, `optimizer_0/`): complete with `.metadata`.
+        if name.startswith(_DCP_FOLDER_PREFIXES) and \
+                os.path.isdir(os.path.join(path, name)) and not _dcp_complete(os.path.join(path, name)):
+            return f"{name}/ has no {DCP_METADATA_NAME}"
     for root, _, files in os.walk(path):
         for name in files:
             file = os.path.join(root, name)
@@ -103,6 +119,11 @@ def incomplete_reason(path: str | os.PathLike) -> str | None:
             except OSError as err:
                 return f"{os.path.relpath(file, path)} cannot be read ({err.strerror or err})"
     return None
+
+
+def _dcp_complete(folder: str) -> bool:
+    """Whether ``folder`` is a torch.distributed.checkpoint folder whose save finished (its ``.metadata`` exists)."""
+    return os.path.isfile(os.path.join(folder, DCP_METADATA_NAME))
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:

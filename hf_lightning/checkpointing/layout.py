@@ -12,8 +12,13 @@ __all__ = [
     "ADAPTER_SAFE_WEIGHTS_NAME",
     "ADAPTER_WEIGHTS_NAME",
     "CONFIG_NAME",
+    "DCP_METADATA_NAME",
     "DEEPSPEED_TAG_FILE",
+    "FSDP_FULL_WEIGHTS_NAME",
     "FSDP_MODEL_PREFIX",
+    "FSDP_OPTIMIZER_NAME",
+    "FSDP_SHARDED_MODEL_DIR",
+    "FSDP_SHARDED_OPTIMIZER_DIR",
     "JIT_LOGGING_WINDOW_KEY",
     "OPTIMIZER_NAME",
     "PREFIX_CHECKPOINT_DIR",
@@ -45,6 +50,14 @@ ADAPTER_SAFE_WEIGHTS_NAME = "adapter_model.safetensors"
 ADAPTER_WEIGHTS_NAME = "adapter_model.bin"
 # FSDP writes its model as `pytorch_model_fsdp*` (file or folder), DeepSpeed as a `latest` tag plus a folder.
 FSDP_MODEL_PREFIX = "pytorch_model_fsdp"
+# HF's FSDP checkpoints (accelerate's save_fsdp_model / save_fsdp_optimizer): FULL_STATE_DICT adds the full weights
+# (torch.save) and the full optimizer state keyed by parameter name; SHARDED_STATE_DICT writes two
+# torch.distributed.checkpoint folders, each complete once its `.metadata` exists (written last, by rank 0).
+FSDP_FULL_WEIGHTS_NAME = f"{FSDP_MODEL_PREFIX}.bin"
+FSDP_OPTIMIZER_NAME = "optimizer.bin"
+FSDP_SHARDED_MODEL_DIR = f"{FSDP_MODEL_PREFIX}_0"
+FSDP_SHARDED_OPTIMIZER_DIR = "optimizer_0"
+DCP_METADATA_NAME = ".metadata"
 DEEPSPEED_TAG_FILE = "latest"
 
 OPTIMIZER_NAME = "optimizer.pt"

@@ -11,6 +11,10 @@
 * :meth:`~ModelState.write` at every save on the saving process only, with what ``gather`` returned;
 * :meth:`~ModelState.load` on every process, reading the folder back into the model.
 
+The optimizer's state goes to ``optimizer.pt`` through ``optimizer_state`` (every process; the saving process
+writes it); a kind with a ``save_optimizer(model, optimizer, folder, should_save)`` method (FSDP2's) writes its own
+optimizer files instead, called on every process.
+
 :class:`PlainModelState` is the default: a model with ``save_pretrained`` saves itself, any other module as
 ``model.safetensors`` (tied weights as separate copies); it loads ``model.safetensors``, ``pytorch_model.bin`` and
 sharded indexes of either. :class:`PeftModelState` is chosen for a PEFT model (:func:`model_state_for`): it saves
@@ -24,19 +28,19 @@ does not know yet, add that layout there (adapters and ``pytorch_model_fsdp*`` a
 * PEFT adapters (:class:`PeftModelState`): ``write`` calls the adapter model's ``save_pretrained``
   (``adapter_model.safetensors`` and ``adapter_config.json``), ``load`` reads the adapter weights only into the
   wrapped model;
-* FSDP2 full state (:class:`FSDP2ModelState`, chosen for a model sharded by ``fully_shard``): ``gather`` runs the
-  full-state-dict all-gather (offloaded to CPU, on every process) and returns the dict on the saving process,
-  ``write`` stores it as ``model.safetensors``; the optimizer's full state is gathered the same way
-  (``optimizer_state``) into ``optimizer.pt`` in ``Optimizer.state_dict()``'s form, so the folder is the one an
-  unsharded run writes; ``load`` reads the full files on every process into the shards;
-* FSDP sharded state: ``gather`` writes this process's shard under ``pytorch_model_fsdp_0/`` in the folder it is
-  given, ``write`` writes what only one process writes (the config), ``load`` reads the shards collectively.
+* FSDP2 (:class:`FSDP2ModelState`, chosen for a model sharded by ``fully_shard``), in HF's FSDP layout. Full
+  state: ``gather`` runs the full-state-dict all-gather (offloaded to CPU, on every process) and returns the dict
+  on the saving process, ``write`` stores it as ``model.safetensors`` and ``pytorch_model_fsdp.bin``; the optimizer
+  (``save_optimizer``) as ``optimizer.bin``. Sharded state: ``gather`` writes this process's shard under
+  ``pytorch_model_fsdp_0/`` in the folder it is given, ``save_optimizer`` under ``optimizer_0/``, ``write`` writes
+  what only one process writes (the config); ``load`` reads the shards collectively.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import json
 import logging
 import os
@@ -49,10 +53,12 @@ import torch
 
 from hf_lightning._utils import unwrap_model
 from hf_lightning.checkpointing.errors import CheckpointLoadError
-from hf_lightning.checkpointing.layout import ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME
+from hf_lightning.checkpointing.layout import ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME, DCP_METADATA_NAME
+from hf_lightning.checkpointing.layout import FSDP_FULL_WEIGHTS_NAME, FSDP_OPTIMIZER_NAME, FSDP_SHARDED_MODEL_DIR
+from hf_lightning.checkpointing.layout import FSDP_SHARDED_OPTIMIZER_DIR
 from hf_lightning.checkpointing.layout import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_lightning.checkpointing.layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load
+from hf_lightning.checkpointing.safe_load import load_safetensors, safe_torch_load, verify_dcp_metadata
 
 __all__ = [
     "FSDP2ModelState",
@@ -64,6 +70,7 @@ __all__ = [
     "gather_optimizer_state",
     "is_fsdp2_model",
     "is_peft_model",
+    "load_optimizer_files",
     "model_state_for",
     "prepare_model_saving",
     "saved_as_whole",
@@ -176,13 +183,22 @@ class WrittenBy:
 
     def gather(self, model: torch.nn.Module, folder: str) -> Any:
         self.write_model(folder)
-        return None
+        # Under FSDP, HF's checkpoint also gets accelerate's files (save_fsdp_model), whatever save_model wrote.
+        return self.base.gather(model, folder) if isinstance(self.base, FSDP2ModelState) else None
 
     def write(self, gathered: Any, folder: str) -> None:
-        """Nothing: :meth:`gather` wrote the files."""
+        """Nothing more than the FSDP files (:meth:`gather` wrote the model's files)."""
+        if gathered is not None:
+            self.base.write_fsdp_files(gathered, folder)
 
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
         return self.base.load(model, folder, strict)
+
+    def __getattr__(self, name: str) -> Any:
+        # The optimizer steps (save_optimizer, optimizer_state, load_optimizer_state) are the wrapped kind's.
+        if name in ("save_optimizer", "optimizer_state", "load_optimizer_state"):
+            return getattr(self.base, name)
+        raise AttributeError(name)
 
     def check_loadable(self, model: torch.nn.Module) -> None:
         self.base.check_loadable(model)
@@ -410,6 +426,8 @@ class PlainModelState(ModelState):
         unwrapped = unwrap_model(model)
         safe_file = os.path.join(folder, SAFE_WEIGHTS_NAME)
         pickle_file = os.path.join(folder, WEIGHTS_NAME)
+        if not os.path.isfile(pickle_file) and os.path.isfile(os.path.join(folder, FSDP_FULL_WEIGHTS_NAME)):
+            pickle_file = os.path.join(folder, FSDP_FULL_WEIGHTS_NAME)  # HF's FSDP FULL_STATE_DICT file
         if os.path.isfile(safe_file) or os.path.isfile(pickle_file):
             use_safe = os.path.isfile(safe_file)
             state_dict = load_safetensors(safe_file) if use_safe else safe_torch_load(pickle_file)
@@ -427,7 +445,10 @@ class PlainModelState(ModelState):
                     loaded = [key for key in unwrapped.state_dict() if key not in result.missing_keys]
                     break
             else:
-                raise ValueError(f"Can't find a valid checkpoint at {folder}")
+                if not os.path.isdir(os.path.join(folder, FSDP_SHARDED_MODEL_DIR)):
+                    raise ValueError(f"Can't find a valid checkpoint at {folder}")
+                # HF's FSDP SHARDED_STATE_DICT folder: torch.distributed.checkpoint reads it into one process.
+                return _load_dcp_model(unwrapped, folder)
         _report_mismatch(unwrapped, loaded, result, folder)
         return result
 
@@ -539,56 +560,190 @@ def _options(**kwargs: Any):
     return StateDictOptions(full_state_dict=True, **kwargs)
 
 
+def _dcp_folder(folder: str, name: str) -> str:
+    """``folder/name``, a torch.distributed.checkpoint folder, refused unless complete (its ``.metadata``) and
+    its ``.metadata`` names nothing but checkpoint metadata (torch unpickles it freely)."""
+    path = os.path.join(folder, name)
+    metadata = os.path.join(path, DCP_METADATA_NAME)
+    if not os.path.isfile(metadata):
+        raise CheckpointLoadError(path, f"it has no {DCP_METADATA_NAME}, so its save did not finish")
+    verify_dcp_metadata(metadata)
+    return path
+
+
+def _dcp_load(state: dict, path: str) -> None:
+    """``torch.distributed.checkpoint.load`` into ``state`` (in place), with every non-tensor value read with
+    ``weights_only=True`` (torch's default planner unpickles them freely)."""
+    import torch.distributed.checkpoint as dcp
+
+    class SafeLoadPlanner(dcp.DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            data = value.getvalue()
+            try:
+                torch.load(io.BytesIO(data), weights_only=True)
+            except Exception:  # noqa: BLE001 - a value that is not plain data is refused unread
+                raise CheckpointLoadError(path, f"its entry {read_item.dest_index.fqn!r} holds objects other than "
+                                                "tensors and plain values, so loading it was refused") from None
+            super().load_bytes(read_item, io.BytesIO(data))
+
+    try:
+        dcp.load(state, storage_reader=dcp.FileSystemReader(path), planner=SafeLoadPlanner())
+    except dcp.CheckpointException as err:
+        # torch wraps every process's failure; a refused entry is raised as itself on every process.
+        for failure, _ in err.failures.values():
+            if isinstance(failure, CheckpointLoadError):
+                raise failure from None
+        raise
+
+
+def _load_dcp_model(model: torch.nn.Module, folder: str) -> WeightsLoadResult:
+    """Read ``pytorch_model_fsdp_0/`` (HF's SHARDED_STATE_DICT model, stored as ``{"model": state_dict}``) into
+    ``model``: each process reads its shard of a sharded model, one process the whole of an unsharded one."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    path = _dcp_folder(folder, FSDP_SHARDED_MODEL_DIR)
+    state = {"model": get_model_state_dict(model)}
+    _dcp_load(state, path)
+    set_model_state_dict(model, state["model"])
+    return WeightsLoadResult([], [])
+
+
+def load_optimizer_files(model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: str) -> bool:
+    """Load HF's FSDP optimizer files, if ``folder`` has them, into ``optimizer`` (sharded by FSDP2 or not).
+
+    ``optimizer_0/`` (SHARDED_STATE_DICT, ``{"optimizer": ...}`` in torch.distributed.checkpoint's format; each
+    process reads its shard) or ``optimizer.bin`` (FULL_STATE_DICT: the full state keyed by parameter name, read on
+    every process). Call it on every process (collective under FSDP2).
+
+    Returns:
+        False when the folder has neither (``optimizer.pt`` is then the plain file to read).
+    """
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    unwrapped = unwrap_model(model)
+    if os.path.isdir(os.path.join(folder, FSDP_SHARDED_OPTIMIZER_DIR)):
+        path = _dcp_folder(folder, FSDP_SHARDED_OPTIMIZER_DIR)
+        state = {"optimizer": get_optimizer_state_dict(unwrapped, optimizer)}
+        _dcp_load(state, path)
+        set_optimizer_state_dict(unwrapped, optimizer, state["optimizer"])
+        return True
+    path = os.path.join(folder, FSDP_OPTIMIZER_NAME)
+    if not os.path.isfile(path):
+        return False
+    state = safe_torch_load(path)
+    if not isinstance(state, dict) or "state" not in state or "param_groups" not in state:
+        raise CheckpointLoadError(path, "it does not hold an optimizer state")
+    set_optimizer_state_dict(unwrapped, optimizer, state, options=_options())
+    return True
+
+
+_CHECKPOINT_LAYOUTS = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
+
+
 class FSDP2ModelState(PlainModelState):
-    """An FSDP2 model's state, stored full (``FULL_STATE_DICT``; see the module docstring)."""
+    """An FSDP2 model's state in the ``checkpoint-N`` layout of HF's FSDP run (accelerate's ``save_fsdp_model`` /
+    ``save_fsdp_optimizer``, FSDP2, ``use_dcp=True``), chosen by ``fsdp_config["state_dict_type"]``:
+
+    * ``FULL_STATE_DICT`` (the default): the full weights gathered onto the saving process, written as
+      ``model.safetensors`` (``save_pretrained``, what HF's ``save_model`` writes) and ``pytorch_model_fsdp.bin``
+      (``torch.save`` of the full state dict), and the full optimizer state keyed by parameter name as
+      ``optimizer.bin``;
+    * ``SHARDED_STATE_DICT``: no gathering; every process writes its shard of the model into
+      ``pytorch_model_fsdp_0/`` and of the optimizer into ``optimizer_0/`` (torch.distributed.checkpoint folders
+      holding ``{"model": ...}`` / ``{"optimizer": ...}``; a collective save); only ``config.json`` besides.
+
+    Loading takes whichever layout the folder has, so each layout resumes under the other, in one process and in a
+    folder an unsharded run wrote: ``pytorch_model_fsdp_0/`` (each process reads its shard),
+    ``pytorch_model_fsdp.bin``, ``model.safetensors`` or ``pytorch_model.bin`` (read whole on every process).
+
+    Args:
+        state_dict_type: ``"FULL_STATE_DICT"`` or ``"SHARDED_STATE_DICT"``.
+    """
+
+    def __init__(self, state_dict_type: str = "FULL_STATE_DICT") -> None:
+        if state_dict_type not in _CHECKPOINT_LAYOUTS:
+            raise ValueError(f"FSDP2ModelState(state_dict_type={state_dict_type!r}): use one of {_CHECKPOINT_LAYOUTS}.")
+        self.state_dict_type = state_dict_type
+
+    @property
+    def sharded(self) -> bool:
+        return self.state_dict_type == "SHARDED_STATE_DICT"
 
     def prepare(self, model: torch.nn.Module) -> None:
         """Nothing to warm up (the plain kind's warm-up reads the model's config only)."""
         super().prepare(model)
 
-    def gather(self, model: torch.nn.Module, folder: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-        """All-gather the full state dict onto the CPU (every process); the saving process (rank 0) gets it."""
+    def gather(self, model: torch.nn.Module, folder: str) -> tuple[torch.nn.Module, dict | None, dict | None]:
+        """Every process. FULL: all-gather the full state dict onto the CPU (rank 0 gets it). SHARDED: write this
+        process's shard into ``folder/pytorch_model_fsdp_0`` (the folder must be the same path on every process).
+
+        Returns:
+            ``(model, weights for save_pretrained (tied copies left out) or None, full state dict or None)``.
+        """
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         unwrapped = unwrap_model(model)
+        if self.sharded:
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save({"model": get_model_state_dict(unwrapped)},
+                     storage_writer=dcp.FileSystemWriter(os.path.join(folder, FSDP_SHARDED_MODEL_DIR)))
+            return unwrapped, None, None
         state_dict = get_model_state_dict(unwrapped, options=_options(cpu_offload=True))
-        # A tied weight (GPT-2's lm_head shares wte) is stored once, under its first name, as HF stores it.
+        # A tied weight (GPT-2's lm_head shares wte) is stored once in model.safetensors, as HF stores it.
         unique = {name for name, _ in unwrapped.named_parameters()}
         tied = {name for name, _ in unwrapped.named_parameters(remove_duplicate=False)} - unique
-        return unwrapped, {name: tensor for name, tensor in state_dict.items() if name not in tied}
+        return unwrapped, {name: tensor for name, tensor in state_dict.items() if name not in tied}, state_dict
 
-    def write(self, gathered: tuple[torch.nn.Module, dict[str, torch.Tensor]], folder: str) -> None:
-        """``save_pretrained(folder, state_dict=...)`` with the gathered weights (else ``model.safetensors``)."""
-        model, state_dict = gathered
-        save_pretrained = getattr(model, "save_pretrained", None)
-        if callable(save_pretrained):
-            save_pretrained(folder, state_dict=state_dict)
-            return
-        safetensors.torch.save_file(_standalone_tensors(state_dict), os.path.join(folder, SAFE_WEIGHTS_NAME),
-                                    metadata={"format": "pt"})
+    def write(self, gathered: tuple[torch.nn.Module, dict | None, dict | None], folder: str) -> None:
+        """The saving process: FULL: ``save_pretrained(folder, state_dict=...)`` (else ``model.safetensors``) and
+        ``pytorch_model_fsdp.bin``; SHARDED: ``config.json`` only (the shards are written)."""
+        model, state_dict, _ = gathered
+        if state_dict is None:
+            config = getattr(model, "config", None)
+            if callable(getattr(config, "save_pretrained", None)):
+                config.save_pretrained(folder)
+        else:
+            save_pretrained = getattr(model, "save_pretrained", None)
+            if callable(save_pretrained):
+                save_pretrained(folder, state_dict=state_dict)
+            else:
+                safetensors.torch.save_file(_standalone_tensors(state_dict), os.path.join(folder, SAFE_WEIGHTS_NAME),
+                                            metadata={"format": "pt"})
+        self.write_fsdp_files(gathered, folder)
+
+    def write_fsdp_files(self, gathered: tuple[torch.nn.Module, dict | None, dict | None], folder: str) -> None:
+        """The saving process: what accelerate's ``save_fsdp_model`` adds, ``pytorch_model_fsdp.bin`` (FULL; the
+        SHARDED folder was written in :meth:`gather`)."""
+        full = gathered[2]
+        if full is not None:
+            torch.save(full, os.path.join(folder, FSDP_FULL_WEIGHTS_NAME))
 
     def check_loadable(self, model: torch.nn.Module) -> None:
-        """Nothing to refuse: the full weights are written as ``model.safetensors``."""
+        """Nothing to refuse: both layouts are loaded back by :meth:`load`."""
 
     def load(self, model: torch.nn.Module, folder: str, strict: bool = False) -> WeightsLoadResult:
-        """Read the full ``model.safetensors`` / ``pytorch_model.bin`` on every process; each keeps its shard.
+        """Read ``folder``'s weights on every process into the shards (see the class docstring).
 
         Raises:
-            ValueError: ``Can't find a valid checkpoint at {folder}`` when neither file exists (HF's message).
+            ValueError: ``Can't find a valid checkpoint at {folder}`` when no weight file exists (HF's message).
+            CheckpointLoadError: ``pytorch_model_fsdp_0/`` has no ``.metadata`` (an unfinished save).
             RuntimeError: ``strict=True`` and the keys do not match.
         """
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
         unwrapped = unwrap_model(model)
-        safe_file, pickle_file = os.path.join(folder, SAFE_WEIGHTS_NAME), os.path.join(folder, WEIGHTS_NAME)
-        if os.path.isfile(safe_file):
-            state_dict = load_safetensors(safe_file)
-        elif os.path.isfile(pickle_file):
-            state_dict = safe_torch_load(pickle_file)
-            if not isinstance(state_dict, dict):
-                raise CheckpointLoadError(pickle_file, "it does not hold a state dict")
+        if os.path.isdir(os.path.join(folder, FSDP_SHARDED_MODEL_DIR)):
+            return _load_dcp_model(unwrapped, folder)
+        for name in (FSDP_FULL_WEIGHTS_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                break
         else:
             raise ValueError(f"Can't find a valid checkpoint at {folder}")
+        state_dict = load_safetensors(path) if name == SAFE_WEIGHTS_NAME else safe_torch_load(path)
+        if not isinstance(state_dict, dict):
+            raise CheckpointLoadError(path, "it does not hold a state dict")
         # The keys of the model's state dict (its sharded form has the same keys and gathers nothing).
         names = set(get_model_state_dict(unwrapped))
         # A tied weight (GPT-2's lm_head shares wte) is stored once: give it the tensor it shares.
@@ -607,6 +762,23 @@ class FSDP2ModelState(PlainModelState):
         return result
 
     # ---- the optimizer ---------------------------------------------------------------------------------------
+
+    def save_optimizer(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: str,
+                       should_save: bool) -> None:
+        """Every process: SHARDED: write this process's shard into ``folder/optimizer_0``; FULL: gather the full
+        state (keyed by parameter name), written as ``optimizer.bin`` by the saving process."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        unwrapped = unwrap_model(model)
+        if self.sharded:
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save({"optimizer": get_optimizer_state_dict(unwrapped, optimizer)},
+                     storage_writer=dcp.FileSystemWriter(os.path.join(folder, FSDP_SHARDED_OPTIMIZER_DIR)))
+            return
+        full = get_optimizer_state_dict(unwrapped, optimizer, options=_options(cpu_offload=True))
+        if should_save:
+            torch.save(full, os.path.join(folder, FSDP_OPTIMIZER_NAME))
 
     def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
         """The full optimizer state in ``Optimizer.state_dict()``'s form (every process; rank 0 gets it)."""
@@ -670,9 +842,14 @@ class TensorParallelModelState(FSDP2ModelState):
     ``config.distributed_config`` in place, transformers' save gathers the shards itself and ends in a barrier
     every process must reach, but only the saving process writes."""
 
-    def write(self, gathered: tuple[torch.nn.Module, dict[str, torch.Tensor]], folder: str) -> None:
-        with saved_as_whole(gathered[0]):
-            super().write(gathered, folder)
+    #: The optimizer is saved as for an unsharded run (``optimizer.pt``), not in HF's FSDP files.
+    save_optimizer = None
+
+    def write(self, gathered: tuple[torch.nn.Module, dict | None, dict | None], folder: str) -> None:
+        """``save_pretrained`` with the gathered weights only (no FSDP files: this is not an FSDP run)."""
+        model, state_dict, _ = gathered
+        with saved_as_whole(model):
+            super().write((model, state_dict, None), folder)
 
 
 @contextlib.contextmanager
@@ -695,15 +872,16 @@ def _has_dtensor_parameters(model: torch.nn.Module) -> bool:
     return any(hasattr(p, "device_mesh") for p in unwrap_model(model).parameters())
 
 
-def model_state_for(model: torch.nn.Module) -> ModelState:
+def model_state_for(model: torch.nn.Module, state_dict_type: str = "FULL_STATE_DICT") -> ModelState:
     """The :class:`ModelState` for ``model``: :class:`PeftModelState` for a PEFT model, ``FSDP2ModelState`` for a
     model sharded by FSDP2 (:class:`FSDP2ModelState`), else the plain kind.
 
     Args:
         model: The model, possibly wrapped under ``.module``.
+        state_dict_type: For an FSDP2 model, the checkpoint layout (``fsdp_config["state_dict_type"]``).
     """
     if is_fsdp2_model(model):
-        return FSDP2ModelState()
+        return FSDP2ModelState(state_dict_type)
     if _has_dtensor_parameters(model):
         return TensorParallelModelState()
     return PeftModelState() if is_peft_model(model) else PlainModelState()

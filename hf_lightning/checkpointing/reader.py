@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
-from hf_lightning.checkpointing.layout import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
-from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, apply_optimizer_state, model_state_for
+from hf_lightning.checkpointing.layout import FSDP_OPTIMIZER_NAME, FSDP_SHARDED_OPTIMIZER_DIR, OPTIMIZER_NAME
+from hf_lightning.checkpointing.layout import SCALER_NAME, SCHEDULER_NAME
+from hf_lightning.checkpointing.model_state import ModelState, WeightsLoadResult, apply_optimizer_state
+from hf_lightning.checkpointing.model_state import load_optimizer_files, model_state_for
 from hf_lightning.checkpointing.safe_load import safe_torch_load
 
 __all__ = ["load_model_weights", "load_optimizer_and_scheduler", "load_scaler"]
@@ -63,7 +65,9 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir:
     """Restore optimizer and scheduler states from ``optimizer.pt`` and ``scheduler.pt``, as HF does on resume.
 
     Both files must exist, else neither is loaded (a ``save_only_model`` checkpoint has none). Both are read
-    before either is applied, so a damaged file leaves both objects untouched.
+    before either is applied, so a damaged file leaves both objects untouched. A folder in HF's FSDP layout has
+    ``optimizer_0/`` (sharded) or ``optimizer.bin`` (full, keyed by parameter name) instead of ``optimizer.pt``:
+    that is loaded through ``model`` (sharded by FSDP2 or not; on every process).
 
     Args:
         optimizer: A ``torch.optim.Optimizer`` (state is moved to its parameters' devices on load).
@@ -79,15 +83,28 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint_dir:
     Raises:
         CheckpointLoadError: A file is truncated, corrupt or tampered with.
     """
+    checkpoint_dir = os.fspath(checkpoint_dir)
     optimizer_file = os.path.join(checkpoint_dir, OPTIMIZER_NAME)
     scheduler_file = os.path.join(checkpoint_dir, SCHEDULER_NAME)
-    if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
+    # HF's FSDP layout: `optimizer_0/` (SHARDED_STATE_DICT) or `optimizer.bin` (FULL_STATE_DICT), as HF looks.
+    fsdp_layout = os.path.isdir(os.path.join(checkpoint_dir, FSDP_SHARDED_OPTIMIZER_DIR)) or \
+        os.path.isfile(os.path.join(checkpoint_dir, FSDP_OPTIMIZER_NAME))
+    if not ((fsdp_layout or os.path.isfile(optimizer_file)) and os.path.isfile(scheduler_file)):
         logger.info(
             "%s lacks %s or %s; optimizer and scheduler start fresh.", checkpoint_dir, OPTIMIZER_NAME, SCHEDULER_NAME
         )
         return False
-    optimizer_state = safe_torch_load(optimizer_file)
     scheduler_state = safe_torch_load(scheduler_file)
+    if fsdp_layout:
+        if model is None:
+            raise ValueError(
+                f"load_optimizer_and_scheduler({checkpoint_dir!r}): the folder holds HF's FSDP optimizer files, "
+                "which are keyed by parameter name; pass model=... (the model the optimizer trains)."
+            )
+        load_optimizer_files(model, optimizer, checkpoint_dir)
+        scheduler.load_state_dict(scheduler_state)
+        return True
+    optimizer_state = safe_torch_load(optimizer_file)
     if model_state is not None and model is not None:
         apply_optimizer_state(model_state, model, optimizer, optimizer_state)
     else:

@@ -6,6 +6,8 @@
 * The pickled ``training_args.bin`` HF writes is never unpickled: :func:`load_training_args` reads
   ``training_args.json`` or decodes the pickle with an unpickler that imports and runs nothing.
 * :func:`verify_checkpoint_files` judges every file of a folder this way before a resume applies any of them.
+* The ``.metadata`` of a torch.distributed.checkpoint folder (HF's FSDP ``pytorch_model_fsdp_0/``), which torch
+  unpickles freely, is judged first by :func:`verify_dcp_metadata` (decoded without importing anything).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from hf_lightning.checkpointing.errors import CheckpointLoadError
 from hf_lightning.checkpointing.layout import (
+    DCP_METADATA_NAME,
     OPTIMIZER_NAME,
     RNG_STATE_PREFIX,
     SCALER_NAME,
@@ -42,6 +45,7 @@ __all__ = [
     "rng_safe_globals",
     "safe_torch_load",
     "verify_checkpoint_files",
+    "verify_dcp_metadata",
 ]
 
 
@@ -171,6 +175,11 @@ def verify_checkpoint_files(checkpoint_dir: str | os.PathLike) -> list[str]:
     checked = []
     for name in names:
         path = os.path.join(folder, name)
+        if os.path.isfile(os.path.join(path, DCP_METADATA_NAME)):
+            # HF's FSDP SHARDED_STATE_DICT folders (`pytorch_model_fsdp_0/`, `optimizer_0/`): their metadata pickle.
+            verify_dcp_metadata(os.path.join(path, DCP_METADATA_NAME))
+            checked.append(os.path.join(name, DCP_METADATA_NAME))
+            continue
         if not os.path.isfile(path):
             continue
         if name in (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME):
@@ -363,3 +372,50 @@ def load_training_args(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | No
     if os.path.isfile(bin_path):
         return _read_pickled_args(bin_path)
     return None
+
+
+# ---- torch.distributed.checkpoint metadata ----------------------------------------------------------------------
+
+# What a torch.distributed.checkpoint `.metadata` pickle names (torch 2.x): its own dataclasses, torch's sizes,
+# dtypes and layouts, and the path type of the storage entries. Anything else is refused unread.
+_DCP_METADATA_MODULES = ("torch.distributed.checkpoint.metadata",)
+_DCP_METADATA_GLOBALS = frozenset({
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "torch.Size",
+    "torch.serialization._get_layout",
+    "pathlib.PosixPath",
+    "pathlib.PurePosixPath",
+    "pathlib.WindowsPath",
+    "pathlib.PureWindowsPath",
+    "collections.OrderedDict",
+})
+
+
+def _allowed_dcp_global(name: str) -> bool:
+    module, _, attribute = name.rpartition(".")
+    if module in _DCP_METADATA_MODULES or name in _DCP_METADATA_GLOBALS:
+        return True
+    return module == "torch" and isinstance(getattr(torch, attribute, None), torch.dtype)
+
+
+def verify_dcp_metadata(path: str | os.PathLike) -> None:
+    """Judge a torch.distributed.checkpoint ``.metadata`` file before torch unpickles it (it runs what it names).
+
+    The pickle is decoded without importing anything (as ``training_args.bin``); it may only name
+    torch.distributed.checkpoint's metadata classes, torch sizes, dtypes and layouts, and paths.
+
+    Raises:
+        CheckpointLoadError: The file is unreadable, or names anything else (the message names it).
+    """
+    try:
+        with open(path, "rb") as f:
+            unpickler = _InertUnpickler(io.BytesIO(f.read()))
+            unpickler.load()
+    except Exception as err:  # noqa: BLE001 - every failure mode of a damaged file ends in the same advice
+        raise CheckpointLoadError(path, f"it is truncated or corrupt ({type(err).__name__})") from None
+    refused = sorted({name for name in unpickler.globals_seen if not _allowed_dcp_global(name)})
+    if refused:
+        raise CheckpointLoadError(
+            path, f"it references {', '.join(refused)}, which a torch.distributed.checkpoint metadata file never "
+            "holds, so loading it was refused"
+        )

@@ -250,10 +250,15 @@ def _write_contents(folder: str, run_dir: str, contents: CheckpointContents) -> 
             c.state.best_model_checkpoint = best_dir
 
     if not c.save_only_model:
-        # Every process takes part (a sharded optimizer gathers its state here).
-        optimizer_state = gather_optimizer_state(c.model_state, c.model, c.optimizer)
+        # Every process takes part (a sharded optimizer gathers its state, or writes its shard, here).
+        save_optimizer = getattr(c.model_state, "save_optimizer", None)
+        if save_optimizer is not None:
+            save_optimizer(c.model, c.optimizer, folder, c.should_save)
+        else:
+            optimizer_state = gather_optimizer_state(c.model_state, c.model, c.optimizer)
+            if c.should_save:
+                torch.save(optimizer_state, os.path.join(folder, OPTIMIZER_NAME))
         if c.should_save:
-            torch.save(optimizer_state, os.path.join(folder, OPTIMIZER_NAME))
             torch.save(c.scheduler.state_dict(), os.path.join(folder, SCHEDULER_NAME))
             if c.scaler is not None:
                 torch.save(c.scaler.state_dict(), os.path.join(folder, SCALER_NAME))

@@ -100,18 +100,26 @@ def test_fsdp2_checkpoints_match_hf_folders(runs):
     assert _checkpoints(ours_out) == _checkpoints(hf_out) == ["checkpoint-2", "checkpoint-4"]
     assert not [p for p in ours_out.iterdir() if p.name.startswith(".tmp-checkpoint")]
     for name in _checkpoints(hf_out):
+        # HF's FSDP layout (FULL_STATE_DICT, what HF's run writes on GPUs): the full weights also as
+        # pytorch_model_fsdp.bin, the optimizer as optimizer.bin (keyed by parameter name) instead of optimizer.pt.
         ours_files = sorted(p.name for p in (ours_out / name).iterdir() if p.name != "training_args.json")
-        assert ours_files == sorted(p.name for p in (hf_out / name).iterdir())
-    # The full weights and the full optimizer state, gathered from the shards, in HF's form.
-    _assert_weights_close(safetensors.torch.load_file(ours_out / "checkpoint-4" / "model.safetensors"),
-                          safetensors.torch.load_file(hf_out / "checkpoint-4" / "model.safetensors"))
+        hf_ddp_files = {p.name for p in (hf_out / name).iterdir()} - {"optimizer.pt"}
+        assert ours_files == sorted(hf_ddp_files | {"optimizer.bin", "pytorch_model_fsdp.bin"})
+    # The full weights and the full optimizer state, gathered from the shards, equal to HF's.
+    hf_weights = safetensors.torch.load_file(hf_out / "checkpoint-4" / "model.safetensors")
+    _assert_weights_close(safetensors.torch.load_file(ours_out / "checkpoint-4" / "model.safetensors"), hf_weights)
+    fsdp_weights = torch.load(ours_out / "checkpoint-4" / "pytorch_model_fsdp.bin", weights_only=True)
+    assert torch.equal(fsdp_weights.pop("lm_head.weight"), fsdp_weights["transformer.wte.weight"])  # tied
+    _assert_weights_close(fsdp_weights, hf_weights)
     theirs = torch.load(hf_out / "checkpoint-4" / "optimizer.pt", weights_only=True)
-    mine = torch.load(ours_out / "checkpoint-4" / "optimizer.pt", weights_only=True)
-    assert mine["param_groups"] == theirs["param_groups"]
-    assert sorted(mine["state"]) == sorted(theirs["state"])
+    mine = torch.load(ours_out / "checkpoint-4" / "optimizer.bin", weights_only=True)
+    names = [name for group in mine["param_groups"] for name in group["params"]]
+    assert [{**g, "params": []} for g in mine["param_groups"]] == [{**g, "params": []} for g in theirs["param_groups"]]
+    assert [len(g["params"]) for g in mine["param_groups"]] == [len(g["params"]) for g in theirs["param_groups"]]
+    assert sorted(mine["state"]) == sorted(names)
     for index, state in theirs["state"].items():
         for key, value in state.items():
-            torch.testing.assert_close(mine["state"][index][key], value, rtol=1e-5, atol=1e-8)
+            torch.testing.assert_close(mine["state"][names[index]][key], value, rtol=1e-5, atol=1e-8)
 
 
 def test_save_model_output_loads_with_from_pretrained(runs):
@@ -124,33 +132,52 @@ def test_save_model_output_loads_with_from_pretrained(runs):
 
 
 @pytest.mark.slow
-def test_resume_hf_checkpoint_under_fsdp2_and_back(runs, tmp_path):
-    # HF's checkpoint-2 resumed by our FSDP2 run, and ours by HF's run: both end at the uninterrupted weights.
-    starts = {}
-    for source, resumer in (("hf", "ours"), ("ours", "hf")):
-        out = tmp_path / f"{source}-to-{resumer}"
-        out.mkdir()
-        shutil.copytree(runs["tmp"] / source / "checkpoint-2", out / "checkpoint-2")
-        starts[resumer] = (resumer, out, tmp_path / f"{resumer}.json", 2, "resume")
-    resumed_ours, resumed_hf = _launch_all(starts["ours"], starts["hf"])
-    for resumed in (resumed_ours, resumed_hf):
-        _assert_weights_close(_weights(resumed), _weights(runs["hf"]))
-        assert_log_history_equal(runs["hf"]["log_history"], resumed["log_history"], ordered=False,
-                                 skip_keys=("eval_loss", "train_loss"))
+def test_resume_hf_checkpoint_under_fsdp2(runs, tmp_path):
+    # HF's (DDP) checkpoint-2 resumed by our FSDP2 run ends at the uninterrupted weights. The other way, HF's
+    # one-process/DDP run refuses a folder holding FSDP files ("only supported when using PyTorch FSDP"); the
+    # FSDP layout is resumed by accelerate's own FSDP functions in test_fsdp_layout.py.
+    out = tmp_path / "hf-to-ours"
+    out.mkdir()
+    shutil.copytree(runs["tmp"] / "hf" / "checkpoint-2", out / "checkpoint-2")
+    (resumed,) = _launch_all(("ours", out, tmp_path / "ours.json", 2, "resume"))
+    _assert_weights_close(_weights(resumed), _weights(runs["hf"]))
+    assert_log_history_equal(runs["hf"]["log_history"], resumed["log_history"], ordered=False,
+                             skip_keys=("eval_loss", "train_loss"))
+
+
+def _unsharded_copy(source, target):
+    """``source`` (FULL_STATE_DICT layout) in the layout a one-process run writes: ``optimizer.pt``, no FSDP files."""
+    shutil.copytree(source, target)
+    os.remove(target / "pytorch_model_fsdp.bin")
+    full = torch.load(target / "optimizer.bin", weights_only=True)
+    os.remove(target / "optimizer.bin")
+    names = [name for group in full["param_groups"] for name in group["params"]]
+    torch.save({"state": {names.index(name): value for name, value in full["state"].items()},
+                "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in full["param_groups"]]},
+               target / "optimizer.pt")
 
 
 @pytest.mark.slow
 def test_fsdp2_checkpoint_resumes_in_one_process_as_hf_does(runs, tmp_path):
-    # Our FSDP2 checkpoint resumed by one plain process, ours and HF's: the same weights and logs.
+    # Our FSDP2 checkpoints, FULL_STATE_DICT and SHARDED_STATE_DICT (torch.distributed.checkpoint folders read into
+    # the unsharded model), resumed by one plain process, end as HF's one-process run resuming the same state (HF
+    # refuses FSDP files without FSDP, so it gets the FULL folder in the unsharded layout).
+    sharded = tmp_path / "sharded"
+    _launch_all(("ours", sharded, tmp_path / "sharded.json", 2, "sdt=SHARDED"))
+    assert (sharded / "checkpoint-2" / "pytorch_model_fsdp_0" / ".metadata").is_file()
     starts = []
-    for lib in ("ours", "hf"):
-        out = tmp_path / lib
+    for name, source in (("full", runs["tmp"] / "ours" / "checkpoint-2"), ("sharded", sharded / "checkpoint-2")):
+        out = tmp_path / f"one-{name}"
         out.mkdir()
-        shutil.copytree(runs["tmp"] / "ours" / "checkpoint-2", out / "checkpoint-2")
-        starts.append((lib, out, tmp_path / f"{lib}.json", 1, "resume", "fsdp=0"))
-    ours, hf = _launch_all(*starts)
-    _assert_weights_close(_weights(ours), _weights(hf))
-    assert_log_history_equal(hf["log_history"], ours["log_history"])
+        shutil.copytree(source, out / "checkpoint-2")
+        starts.append(("ours", out, tmp_path / f"one-{name}.json", 1, "resume", "fsdp=0"))
+    (tmp_path / "hf").mkdir()
+    _unsharded_copy(runs["tmp"] / "ours" / "checkpoint-2", tmp_path / "hf" / "checkpoint-2")
+    starts.append(("hf", tmp_path / "hf", tmp_path / "hf.json", 1, "resume", "fsdp=0"))
+    *ours_runs, hf = _launch_all(*starts)
+    for ours in ours_runs:
+        _assert_weights_close(_weights(ours), _weights(hf))
+        assert_log_history_equal(hf["log_history"], ours["log_history"])
 
 
 def _global_relative_difference(actual, expected):

@@ -116,8 +116,9 @@ def _assert_case(work: Path, case: dict, must_stop: bool = True) -> tuple:
         # One complete checkpoint of the agreed step, with both processes' parts, is the newest.
         assert record["last"] == str(folder / "out" / f"checkpoint-{step}"), (name, record["folders"])
         assert record["checkpoint_step"] == step, name
-        assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth",
-                "trainer_state.json"} <= set(record["checkpoint_files"]), (name, record["checkpoint_files"])
+        # HF's FSDP layout (FULL_STATE_DICT): the full weights also as pytorch_model_fsdp.bin, optimizer.bin.
+        assert {"model.safetensors", "pytorch_model_fsdp.bin", "optimizer.bin", "scheduler.pt", "rng_state_0.pth",
+                "rng_state_1.pth", "trainer_state.json"} <= set(record["checkpoint_files"]), (name, record["checkpoint_files"])
         # Stopped at once: nothing logged after the checkpoint but HF's end-of-training summary.
         assert _comparable(result["signalled"]) == _comparable(record["checkpoint_log_history"]), name
     else:
@@ -165,6 +166,9 @@ def test_save_override_under_fsdp2_runs_on_every_process_with_the_gathered_weigh
                                                                                         "checkpoint-9"]
     for step in (6, 9):
         assert (out / f"checkpoint-{step}" / "extra.txt").read_text() == f"step {step}\n"
+        # As in HF, accelerate's FSDP files are written whatever the override writes (the full optimizer state).
+        assert {"pytorch_model_fsdp.bin", "optimizer.bin"} <= {p.name for p in (out / f"checkpoint-{step}").iterdir()}
+    assert "inp.weight" in torch.load(out / "checkpoint-9" / "optimizer.bin", weights_only=True)["state"]
     # The override changes nothing in training; the files hold the full (gathered) weights.
     final = _weights(out / "weights.pt")
     expected = _weights(work / "reference" / "weights.pt")

@@ -53,11 +53,11 @@ def test_plan_reads_fsdp_config_as_hf_and_accelerate(tmp_path, fsdp, config):
         assert expected == ["transformer.h.0", "transformer.h.1"]
 
 
-def test_sharded_state_dict_says_checkpoints_are_full_for_now(tmp_path, caplog):
+def test_sharded_state_dict_is_read_without_a_warning(tmp_path, caplog):
     args = _both(tmp_path, True, {"state_dict_type": "SHARDED_STATE_DICT"})[1]
     with caplog.at_level("WARNING", logger="hf_lightning.sharding"):
         assert fsdp2_plan(args).state_dict_type == "SHARDED_STATE_DICT"
-    assert "does not write sharded FSDP2 checkpoints yet" in caplog.text
+    assert not caplog.text  # checkpoints are written sharded (tests/distributed/test_fsdp_layout.py)
     with pytest.raises(ValueError, match="state_dict_type.*LOCAL"):
         fsdp2_plan(_both(tmp_path, True, {"state_dict_type": "LOCAL_STATE_DICT"})[1])
 
