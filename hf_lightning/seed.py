@@ -6,13 +6,15 @@ makes a run here comparable with one under HF's Trainer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
-__all__ = ["enable_full_determinism", "set_seed"]
+__all__ = ["enable_full_determinism", "set_seed", "without_lightning_reseed"]
 
 # Accelerator backends besides CUDA that keep their own generators; seeded only when present and usable.
 _EXTRA_DEVICE_BACKENDS = ("mlu", "musa", "npu", "hpu", "xpu")
@@ -80,3 +82,24 @@ def _check_seed(seed: object) -> int:
         raise ValueError(f"seed must be in [0, 2**32 - 1] (NumPy's limit), got {seed}; pick a seed in that range.")
     # NumPy integers are fine for numpy and torch but not for Python's `random`.
     return int(seed)
+
+
+#: What ``lightning.seed_everything`` leaves in the environment; Lightning's distributed strategies seed every process
+#: with it again when they set up (``reset_seed``), and its child processes inherit it.
+_LIGHTNING_SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
+@contextlib.contextmanager
+def without_lightning_reseed() -> Iterator[None]:
+    """Keep the random state HF's ``Trainer`` gives a run while Lightning runs it.
+
+    An earlier ``lightning.seed_everything`` in the process (the user's, or any Lightning code's) leaves
+    ``PL_GLOBAL_SEED`` set; a distributed strategy then seeds every process with it when the fit sets up, after HF's
+    seeding, so the dropout masks (and a random collator's draws) would not be HF's. HF's Trainer does no such thing;
+    the variables are hidden for the call and put back after it.
+    """
+    saved = {name: os.environ.pop(name) for name in _LIGHTNING_SEED_VARIABLES if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)

@@ -17,6 +17,18 @@ def _one_thread():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _same_environment():
+    """Each test leaves the process environment as it found it. Libraries run in-process set variables
+    (``lightning.seed_everything``: ``PL_GLOBAL_SEED``; transformers' and accelerate's arguments and states; Ray), and
+    the subprocesses later tests launch inherit them: under two pytest workers the order of files varies."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 # Opt-in long tests (e.g. the kill/resume fuzz with many trials): `pytest --run-slow` or HFL_SLOW=1.
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False, help="also run tests marked slow")

@@ -32,7 +32,7 @@ from hf_lightning.data.label_smoothing import label_smoother_for
 from hf_lightning.evaluation import EvalRequest, as_metric_collection, finish_eval_metrics
 from hf_lightning.module import HFLightningModule
 from hf_lightning.preflight import check_output_dir
-from hf_lightning.seed import enable_full_determinism, set_seed
+from hf_lightning.seed import enable_full_determinism, set_seed, without_lightning_reseed
 from hf_lightning.trainer.batch_size import EVAL_OUT_OF_MEMORY, search_batch_size, should_reduce_batch_size
 from hf_lightning.trainer.build import build_lightning_trainer, quiet_lightning
 from hf_lightning.trainer.memory import MemoryTracker
@@ -291,7 +291,7 @@ class Trainer(ProtectedMembers):
             self._datamodule.set_train_loader(self.get_train_dataloader())
         self.is_in_train = True
         try:
-            with quiet_lightning():
+            with quiet_lightning(), without_lightning_reseed():
                 self._pl_trainer = build_lightning_trainer(self.args, self._pl_callbacks, flow=self.flow)
                 self._pl_trainer.fit(self._module, datamodule=self._datamodule, ckpt_path=ckpt_path)
         finally:
@@ -455,7 +455,7 @@ class Trainer(ProtectedMembers):
         start = time.time()
         module.eval_dataloader_end = None
         try:
-            with quiet_lightning():
+            with quiet_lightning(), without_lightning_reseed():
                 pl_trainer.test(module, dataloaders=dataloader, verbose=False)
             acc = module.eval_accumulators.get(0)
         finally:

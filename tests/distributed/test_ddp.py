@@ -25,6 +25,10 @@ def _launch(lib, out, result, batch, max_steps, nproc, resume=False, ga=1):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
+    if lib == "ours":
+        # What a `lightning.seed_everything(7)` earlier in the user's script leaves: Lightning's DDP would seed
+        # every process with it again at setup, after HF's seeding; the facade's numbers must stay HF's.
+        env.update(PL_GLOBAL_SEED="7", PL_SEED_WORKERS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(Path(result).read_text())

@@ -110,3 +110,26 @@ def test_enable_full_determinism_matches_hf(monkeypatch, warn_only):
     hf_enable_full_determinism(11, warn_only=warn_only)
     assert _determinism_snapshot() == ours
     assert ours[1] is True and ours[2] is warn_only
+
+
+def test_without_lightning_reseed_hides_seed_everythings_leftover_from_lightnings_reset():
+    """A `seed_everything` earlier in the process leaves PL_GLOBAL_SEED; Lightning's distributed strategies call
+    `reset_seed()` at setup, which would seed again. Inside the facade's context that call changes nothing, and the
+    variables are back afterwards."""
+    import lightning.pytorch as pl
+    from lightning.fabric.utilities.seed import reset_seed
+
+    from hf_lightning.seed import without_lightning_reseed
+
+    pl.seed_everything(7, workers=True, verbose=False)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    with without_lightning_reseed():
+        assert "PL_GLOBAL_SEED" not in os.environ and "PL_SEED_WORKERS" not in os.environ
+        reset_seed()
+        assert torch.equal(torch.rand(3), expected)
+    assert os.environ["PL_GLOBAL_SEED"] == "7" and os.environ["PL_SEED_WORKERS"] == "1"
+    torch.manual_seed(123)
+    reset_seed()  # outside: Lightning seeds with 7 again
+    assert not torch.equal(torch.rand(3), expected)
