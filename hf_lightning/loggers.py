@@ -315,7 +315,8 @@ def reporting_callbacks(args: Any) -> list[type]:
         args: a ``TrainingArguments``.
 
     Returns:
-        The classes, in ``report_to``'s order (empty when every name is a Lightning logger).
+        The classes (HF's own, or the registry's subclass of one), in ``report_to``'s order (empty when every
+        name is a Lightning logger).
 
     Raises:
         ValueError: as :func:`build_loggers`, and when ``transformers`` is not installed (naming the integration
