@@ -278,7 +278,14 @@ def test_dvclive_logs_the_last_model_through_hf_lightning(tmp_path, monkeypatch)
     torch.set_num_threads(1)
     args = _args(hf_lightning, tmp_path, "ours", report_to=["dvclive"], output_dir="out", eval_strategy="no",
                  disable_tqdm=True)
-    trainer = hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(n=8))
+    # A collator with a tokenizer and no processing_class: HF's throwaway Trainer has its own default collator, so
+    # (unlike save_model) no tokenizer is saved with the model.
+    from transformers import DataCollatorWithPadding
+
+    from tests.parity.test_data_parity import word_tokenizer
+
+    trainer = hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(n=8),
+                                   data_collator=DataCollatorWithPadding(word_tokenizer()))
     trainer.train()
     after_train = torch.rand(3)
     # HF's throwaway Trainer reseeds at its construction, as Trainer(...) does.
@@ -288,8 +295,11 @@ def test_dvclive_logs_the_last_model_through_hf_lightning(tmp_path, monkeypatch)
     weights = trainer.model.state_dict()
     for folder in ("out/last", "dvclive/artifacts/last"):
         assert {"config.json", "model.safetensors", "training_args.bin"} <= set(os.listdir(folder))
+        assert "tokenizer.json" not in os.listdir(folder)
         saved = load_file(os.path.join(folder, "model.safetensors"))
         assert saved and saved.keys() <= weights.keys() and all(torch.equal(saved[k], weights[k]) for k in saved)
+    trainer.save_model("saved")
+    assert "tokenizer.json" in os.listdir("saved")
     with open("dvc.yaml") as fh:
         assert yaml.safe_load(fh)["artifacts"] == {"last": {"path": "dvclive/artifacts/last", "type": "model"}}
     with open("dvclive/metrics.json") as fh:
