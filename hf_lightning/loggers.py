@@ -7,7 +7,8 @@ every HF log (each ``on_log``) to them with HF's TensorBoard tag names (``loss``
 (``CALLBACK_REGISTRY``: azure_ml, clearml, codecarbon, dagshub, dvclive, flyte, kubeflow, neptune, swanlab,
 trackio) runs transformers' own integration callback, imported from ``transformers`` only when ``report_to``
 names it, and driven by the callback bridge like any user ``TrainerCallback`` (right after
-``DefaultFlowCallback``, where HF puts it).
+``DefaultFlowCallback``, where HF puts it). Where such a callback reaches for a ``transformers.Trainer`` (DVCLive's
+``HF_DVCLIVE_LOG_MODEL=true`` save at train end), a subclass does that part through hf_lightning instead.
 
 This module is the one place that knows which name needs which package: an unknown name, or one whose package
 (or ``transformers``) is missing, is a ``ValueError`` with the install command, raised at ``Trainer(...)`` /
@@ -16,6 +17,7 @@ This module is the one place that knows which name needs which package: an unkno
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -31,6 +33,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value, unwrap_model
 from hf_lightning.args.training_args import in_kubeflow_trainjob
+from hf_lightning.checkpointing.writer import save_model_files
+from hf_lightning.seed import enable_full_determinism, set_seed
 
 
 def _tensorboard_dir(args: Any) -> str:
@@ -172,6 +176,7 @@ class CallbackSpec:
         install: the packages to ``pip install`` besides ``transformers``.
         in_all: whether ``report_to="all"`` picks it when available (HF's ``"all"`` has no ``flyte``).
         available: HF's extra condition for ``"all"`` (an environment variable, another package).
+        adapt: ``fn(hf_class) -> subclass`` run in its place, for a callback that needs HF's ``Trainer`` somewhere.
     """
 
     class_name: str
@@ -179,6 +184,7 @@ class CallbackSpec:
     install: str
     in_all: bool = True
     available: Callable[[], bool] = lambda: True
+    adapt: Callable[[type], type] | None = None
 
     def installed(self) -> bool:
         return all(_module_installed(m) for m in self.modules)
@@ -195,6 +201,40 @@ def _module_installed(name: str) -> bool:
         return False
 
 
+@functools.cache
+def _dvclive_callback(base: type) -> type:
+    """HF's ``DVCLiveCallback`` (``base``) with the ``HF_DVCLIVE_LOG_MODEL=true`` model save done by hf_lightning.
+
+    HF's ``on_train_end`` builds a throwaway ``transformers.Trainer`` from the arguments only to call its
+    ``save_model``, which needs HF's own ``TrainingArguments``. The subclass does what that does, then lets HF's
+    method do the rest (``live.end()``). Cached, so every run gets the same class.
+    """
+
+    class DVCLiveCallback(base):  # type: ignore[misc, valid-type]
+        __doc__ = base.__doc__
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self._log_model is not True or not (self._initialized and state.is_world_process_zero):
+                return super().on_train_end(args, state, control, **kwargs)
+            # The throwaway Trainer's __init__ reseeds, as Trainer(...) does.
+            (enable_full_determinism if args.full_determinism else set_seed)(args.seed)
+            # Its save_model: the model (the best one, already loaded, with load_best_model_at_end), its
+            # processing class and the arguments. Its collator is the default one, so no collator's tokenizer.
+            name = "best" if args.load_best_model_at_end else "last"
+            output_dir = os.path.join(args.output_dir, name)
+            save_model_files(kwargs.get("model"), output_dir, processing_class=kwargs.get("processing_class"),
+                             args=args)
+            self.live.log_artifact(output_dir, name=name, type="model", copy=True)
+            log_model, self._log_model = self._log_model, False
+            try:
+                return super().on_train_end(args, state, control, **kwargs)
+            finally:
+                self._log_model = log_model
+
+    DVCLiveCallback.__module__, DVCLiveCallback.__qualname__ = __name__, "DVCLiveCallback"
+    return DVCLiveCallback
+
+
 CALLBACK_REGISTRY: dict[str, CallbackSpec] = {
     # HF's "all" leaves azure_ml out when mlflow is available.
     "azure_ml": CallbackSpec("AzureMLCallback", ("azureml.core.run",), "azureml-sdk",
@@ -202,7 +242,7 @@ CALLBACK_REGISTRY: dict[str, CallbackSpec] = {
     "clearml": CallbackSpec("ClearMLCallback", ("clearml",), "clearml"),
     "codecarbon": CallbackSpec("CodeCarbonCallback", ("codecarbon",), "codecarbon"),
     "dagshub": CallbackSpec("DagsHubCallback", ("dagshub", "mlflow"), "dagshub mlflow"),
-    "dvclive": CallbackSpec("DVCLiveCallback", ("dvclive",), "dvclive"),
+    "dvclive": CallbackSpec("DVCLiveCallback", ("dvclive",), "dvclive", adapt=_dvclive_callback),
     "flyte": CallbackSpec("FlyteCallback", ("flytekit",), "flytekit flytekitplugins-deck-standard", in_all=False),
     "kubeflow": CallbackSpec("KubeflowCallback", (), "", available=in_kubeflow_trainjob),
     "neptune": CallbackSpec("NeptuneCallback", ("neptune",), "neptune"),
@@ -275,7 +315,8 @@ def reporting_callbacks(args: Any) -> list[type]:
         args: a ``TrainingArguments``.
 
     Returns:
-        The classes, in ``report_to``'s order (empty when every name is a Lightning logger).
+        The classes (HF's own, or the registry's subclass of one), in ``report_to``'s order (empty when every
+        name is a Lightning logger).
 
     Raises:
         ValueError: as :func:`build_loggers`, and when ``transformers`` is not installed (naming the integration
@@ -287,7 +328,8 @@ def reporting_callbacks(args: Any) -> list[type]:
         if spec is not None:
             from transformers.integrations import integration_utils
 
-            classes.append(getattr(integration_utils, spec.class_name))
+            hf_class = getattr(integration_utils, spec.class_name)
+            classes.append(hf_class if spec.adapt is None else spec.adapt(hf_class))
     return classes
 
 
@@ -309,14 +351,6 @@ def _checked_names(args: Any) -> list[str]:
                 f"report_to={name!r} is not supported by hf_lightning (nor by HF). Supported: "
                 f"{sorted([*LOGGER_REGISTRY, *CALLBACK_REGISTRY])} (or pass any Lightning logger to "
                 "build_lightning_trainer(..., logger=...))."
-            )
-        if name == "dvclive" and os.getenv("HF_DVCLIVE_LOG_MODEL", "").upper() in ("1", "ON", "YES", "TRUE"):
-            # HF's callback saves the model at the end through a transformers.Trainer built from the arguments,
-            # which needs HF's own TrainingArguments: refused now rather than after the last step.
-            raise ValueError(
-                "report_to contains 'dvclive' with HF_DVCLIVE_LOG_MODEL=true, which hf_lightning does not support "
-                "(HF's DVCLiveCallback saves the model through a transformers.Trainer). Unset HF_DVCLIVE_LOG_MODEL "
-                "(or set it to 'all' to log output_dir at each save) and log the saved model with dvclive yourself."
             )
         missing = [m.partition(".")[0] for m in ("transformers", *cb_spec.modules) if not _module_installed(m)]
         if missing:

@@ -259,12 +259,50 @@ def test_kubeflow_is_added_inside_a_kubeflow_trainjob_as_in_hf(tmp_path, monkeyp
     assert hf_lightning.TrainingArguments(str(tmp_path)).report_to == []
 
 
-def test_dvclive_model_logging_is_refused_before_work(tmp_path, monkeypatch):
-    import hf_lightning
+def test_dvclive_logs_the_last_model_through_hf_lightning(tmp_path, monkeypatch):
+    """``HF_DVCLIVE_LOG_MODEL=true``: at train end HF's callback saves the model to ``output_dir/last`` (through a
+    throwaway ``transformers.Trainer`` under HF, here through hf_lightning), logs it as a DVCLive model artifact and
+    ends the run. Matching HF's output (with ``output_dir/best``) is ``tests/parity/test_dvclive_parity.py``."""
+    pytest.importorskip("dvclive")
+    import yaml
+    from dvclive import Live
+    from safetensors.torch import load_file
 
-    monkeypatch.setenv("HF_DVCLIVE_LOG_MODEL", "true")
-    args = _args(hf_lightning, tmp_path, "ours", report_to=["dvclive"])
-    with pytest.raises(ValueError, match=r"'dvclive' with HF_DVCLIVE_LOG_MODEL=true.*Unset HF_DVCLIVE_LOG_MODEL"):
-        hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(8),
-                             eval_dataset=classification_data(4))
-    assert not os.path.exists(tmp_path / "ours")
+    import hf_lightning
+    from tests.helpers.dvc import dvc_workspace
+
+    dvc_workspace(tmp_path / "repo", monkeypatch)
+    ended = []
+    end = Live.end
+    monkeypatch.setattr(Live, "end", lambda live: (ended.append(live), end(live))[1])
+    torch.set_num_threads(1)
+    args = _args(hf_lightning, tmp_path, "ours", report_to=["dvclive"], output_dir="out", eval_strategy="no",
+                 disable_tqdm=True)
+    # A collator with a tokenizer and no processing_class: HF's throwaway Trainer has its own default collator, so
+    # (unlike save_model) no tokenizer is saved with the model.
+    from transformers import DataCollatorWithPadding
+
+    from tests.parity.test_data_parity import word_tokenizer
+
+    trainer = hf_lightning.Trainer(model=tiny_bert_classifier(), args=args, train_dataset=classification_data(n=8),
+                                   data_collator=DataCollatorWithPadding(word_tokenizer()))
+    trainer.train()
+    after_train = torch.rand(3)
+    # HF's throwaway Trainer reseeds at its construction, as Trainer(...) does.
+    torch.manual_seed(42)
+    assert torch.equal(after_train, torch.rand(3))
+
+    weights = trainer.model.state_dict()
+    for folder in ("out/last", "dvclive/artifacts/last"):
+        assert {"config.json", "model.safetensors", "training_args.bin"} <= set(os.listdir(folder))
+        assert "tokenizer.json" not in os.listdir(folder)
+        saved = load_file(os.path.join(folder, "model.safetensors"))
+        assert saved and saved.keys() <= weights.keys() and all(torch.equal(saved[k], weights[k]) for k in saved)
+    trainer.save_model("saved")
+    assert "tokenizer.json" in os.listdir("saved")
+    with open("dvc.yaml") as fh:
+        assert yaml.safe_load(fh)["artifacts"] == {"last": {"path": "dvclive/artifacts/last", "type": "model"}}
+    with open("dvclive/metrics.json") as fh:
+        assert json.load(fh)["train"]["loss"] == pytest.approx(trainer.state.log_history[-1]["train_loss"])
+    # Then HF's on_train_end goes on: live.end(), once.
+    assert ended == [trainer.callback_handler.callbacks[1].live]
