@@ -10,7 +10,7 @@ the first round so that every process gets the same number of rows (or dropped w
 With ``dispatch_batches=False`` every process reads the whole stream itself and keeps its share of every
 ``world * batch_size`` rows (:class:`IterableShard`, HF's ``IterableDatasetShard``), collating its own batches.
 
-Pure torch: the collective is passed in (``obj -> process 0's obj``; :func:`broadcast_from_first`).
+No Lightning: the collective is passed in (``obj -> process 0's obj``; :func:`broadcast_from_first`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from hf_lightning.evaluation import find_batch_size
+
 __all__ = ["DispatchedLoader", "IterableShard", "broadcast_from_first"]
 
 
@@ -29,23 +31,6 @@ def broadcast_from_first(obj: Any) -> Any:
     holder = [obj]
     torch.distributed.broadcast_object_list(holder, src=0)
     return holder[0]
-
-
-def _rows(batch: Any) -> int:
-    """The number of rows of a collated batch (its first tensor's first dimension)."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0])
-    if isinstance(batch, Mapping):
-        values = list(batch.values())
-    elif isinstance(batch, (list, tuple)):
-        values = list(batch)
-    else:
-        values = []
-    for value in values:
-        rows = _rows(value)
-        if rows >= 0:
-            return rows
-    return -1
 
 
 def _join(batches: list[Any]) -> Any:
@@ -145,7 +130,7 @@ class DispatchedLoader:
             if self.whole:
                 yield batch
                 continue
-            rows = _rows(batch)
+            rows = find_batch_size(batch)
             if first_rows is None and not self.drop_last:
                 first_rows = _slice(batch, 0, self.world)
             size = rows // self.world
