@@ -62,7 +62,7 @@ def worker(out: str, workload_name: str, rows: int, evals: int) -> None:
         trainer.end()
     sys.stdout.flush()
     sys.stderr.flush()
-    # As tests/distributed/ddp_script.py: leave without tearing torch down (a gloo destructor can hang at exit).
+    # As tests/helpers/torchrun.run_then_exit: leave without tearing torch down (a gloo destructor can hang at exit).
     os._exit(0)
 
 

@@ -89,7 +89,7 @@ def _write(out: str, workload, stamps: list[tuple[float, float]], train_loss: fl
                        "world": int(os.environ.get("WORLD_SIZE", "1"))}, f)
     sys.stdout.flush()
     sys.stderr.flush()
-    # As tests/distributed/ddp_script.py: leave without tearing torch down (a gloo destructor can hang at exit).
+    # As tests/helpers/torchrun.run_then_exit: leave without tearing torch down (a gloo destructor can hang at exit).
     os._exit(0)
 
 

@@ -16,6 +16,7 @@ torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.helpers.models import lm_data, tiny_gpt2  # noqa: E402
+from tests.helpers.torchrun import run_then_exit  # noqa: E402
 
 
 def main():
@@ -80,11 +81,4 @@ def _user_built(lib, out, result, batch, max_steps):
 
 
 if __name__ == "__main__":
-    # The trainer and model stay referenced, and the process leaves without tearing down torch's objects: freeing
-    # the DDP reducer after the process group is gone can deadlock in torch 2.13 (its ProcessGroupGloo destructor
-    # joins a gloo thread that waits for the GIL the freeing thread holds; seen with HF's Trainer in this script,
-    # py-spy: Reducer dealloc -> ~ProcessGroupGloo -> thread join). Everything this script produces is written.
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects

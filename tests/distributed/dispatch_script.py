@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from tests.helpers.torchrun import run_then_exit
+
 torch.set_num_threads(1)
 
 
@@ -115,8 +117,4 @@ def main():
 
 
 if __name__ == "__main__":
-    # See ddp_script.py: leave without tearing down torch's objects (a gloo teardown deadlock in torch 2.13).
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects

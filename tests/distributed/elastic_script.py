@@ -109,7 +109,7 @@ def main():
 
 
 if __name__ == "__main__":
-    # As in ddp_script.py: leave without tearing down torch's objects (a gloo destructor can deadlock at exit).
+    # As tests/helpers/torchrun.run_then_exit: no teardown of torch's objects (a gloo destructor can deadlock).
     kept = main()
     sys.stdout.flush()
     sys.stderr.flush()

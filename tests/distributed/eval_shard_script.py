@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.helpers.models import DictDataset, lm_data, pad_collator, padded_lm_data, tiny_gpt2  # noqa: E402
+from tests.helpers.torchrun import run_then_exit  # noqa: E402
 
 READS: dict[str, list[int]] = defaultdict(list)
 
@@ -161,9 +162,4 @@ def main():
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    # Leave without tearing torch down, as ddp_script.py does (a gloo destructor can deadlock at exit).
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects

@@ -189,4 +189,4 @@ if __name__ == "__main__":
     main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # as fsdp_script.py: gloo's teardown can deadlock in torch 2.13
+    os._exit(0)  # as tests/helpers/torchrun.run_then_exit: gloo's teardown can deadlock in torch 2.13

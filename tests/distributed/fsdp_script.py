@@ -21,6 +21,7 @@ torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.helpers.models import pad_collator, padded_lm_data  # noqa: E402
+from tests.helpers.torchrun import run_then_exit  # noqa: E402
 
 
 def _model(dropout=0.1):
@@ -95,8 +96,4 @@ def main():
 
 
 if __name__ == "__main__":
-    # As ddp_script.py: leave without tearing torch's objects down (gloo's teardown can deadlock in torch 2.13).
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import hf_lightning  # noqa: E402
 from hf_lightning.callbacks import jit_checkpoint  # noqa: E402
+from tests.helpers.torchrun import run_then_exit  # noqa: E402
 from tests.reliability._fuzz_worker import DropoutRegression, _data  # noqa: E402
 
 
@@ -51,8 +52,4 @@ def main():
 
 
 if __name__ == "__main__":
-    # As ddp_script.py: leave without tearing torch's objects down (a gloo destructor can deadlock at exit).
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects

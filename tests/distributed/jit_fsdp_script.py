@@ -270,7 +270,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    # As ddp_script.py: leave without tearing torch's objects down (a gloo destructor can deadlock at exit).
+    # As tests/helpers/torchrun.run_then_exit: no teardown of torch's objects (a gloo destructor can deadlock).
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,7 +1,6 @@
 """DDP on 2 CPU processes (gloo) through torchrun: same numbers as one process with the same global batch."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,20 +10,17 @@ import pytest
 import torch
 
 from tests.helpers.parity import assert_log_history_equal
+from tests.helpers.torchrun import launch_env, python_command
 
 SCRIPT = Path(__file__).with_name("ddp_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _launch(lib, out, result, batch, max_steps, nproc, resume=False, ga=1):
-    cmd = [sys.executable]
-    if nproc > 1:
-        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = python_command(nproc)
     cmd += [str(SCRIPT), lib, str(out), str(result), str(batch), str(max_steps), f"ga={ga}"]
     cmd += ["resume"] if resume else []
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     if lib == "ours":
         # What a `lightning.seed_everything(7)` earlier in the user's script leaves: Lightning's DDP would seed
         # every process with it again at setup, after HF's seeding; the facade's numbers must stay HF's.
@@ -141,9 +137,7 @@ def test_sigterm_reaching_the_ranks_at_different_moments_gives_one_agreed_checkp
     out, prefix = tmp_path / "out", tmp_path / "r"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(SCRIPT.with_name("jit_ddp_script.py")), str(out), str(prefix), "4", "3"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads(Path(f"{prefix}.{rank}.json").read_text()) for rank in (0, 1)]

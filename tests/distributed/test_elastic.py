@@ -15,13 +15,14 @@ weights are ``torch.equal`` to it, every ``log_history`` entry ``==``.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.torchrun import launch_env
 
 SCRIPT = Path(__file__).with_name("elastic_script.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,12 +33,9 @@ def _torchrun(out: Path, results: Path, *options: str, max_restarts: int = 0) ->
     results.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            f"--max-restarts={max_restarts}", str(SCRIPT), str(out), str(results), *options]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-               # torchrun shares its rendezvous store with the workers' process group by default, and a restarted
-               # group can then read the previous attempt's gloo addresses from it (pytorch#135712).
-               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    # torchrun shares its rendezvous store with the workers' process group by default, and a restarted group can
+    # then read the previous attempt's gloo addresses from it (pytorch#135712).
+    env = launch_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT))
 
 

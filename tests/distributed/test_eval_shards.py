@@ -7,7 +7,6 @@ gives the processes different batch counts.
 """
 
 import math
-import os
 import pickle
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import eval_shard_script
+from tests.helpers.torchrun import launch_env
 
 SCRIPT = Path(eval_shard_script.__file__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,9 +31,7 @@ STRATEGIES = ("ddp", "fsdp")
 def runs(tmp_path_factory):
     """The one-process reference and both 2-process runs (DDP, FSDP2), launched together."""
     tmp = tmp_path_factory.mktemp("eval_shards")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     procs = {}
     for strategy in STRATEGIES:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT),

@@ -11,30 +11,25 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.helpers.parity import assert_log_history_equal
+from tests.helpers.torchrun import launch_env, python_command
 
 SCRIPT = Path(__file__).with_name("fsdp_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _command(lib, out, result, nproc, *opts):
-    cmd = [sys.executable]
-    if nproc > 1:
-        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = python_command(nproc)
     return cmd + [str(SCRIPT), lib, str(out), str(result), *opts]
 
 
 def _env():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return env
+    return launch_env()
 
 
 def _launch_all(*runs):

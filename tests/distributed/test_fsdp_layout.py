@@ -8,12 +8,13 @@ docstring): accelerate reads our folders, and our FSDP2 run resumes the folders 
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.torchrun import launch_env
 
 SCRIPT = Path(__file__).with_name("fsdp_layout_script.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,9 +29,7 @@ COMMON_FILES = ["config.json", "rng_state_0.pth", "rng_state_1.pth", "scheduler.
 
 
 def _launch(tmp_path, layout):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     result = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(SCRIPT), str(tmp_path / "work"), str(result), layout],

@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.torchrun import launch_env
+
 SCRIPT = Path(__file__).with_name("jit_fsdp_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 _TIMING_KEYS = ("_runtime", "_per_second")
@@ -79,9 +81,7 @@ def _launch(work: Path, cases: list[dict], save_override: bool = False, timeout:
     plan.write_text(json.dumps({"cases": cases, "save_override": save_override}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT),
            str(work), str(plan)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
     try:
         _, err = proc.communicate(timeout=timeout)

@@ -7,7 +7,6 @@ completed from the first one), GA 2, 5 steps over 3 passes, evaluating two itera
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.torchrun import launch_env
 
 SCRIPT = Path(__file__).with_name("dispatch_script.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +26,7 @@ def _launch(lib, tmp_path, *options, name=None):
     out, result = tmp_path / (name or lib) / "out", tmp_path / (name or lib) / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT), lib,
            str(out), str(result), *options]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(result.read_text())

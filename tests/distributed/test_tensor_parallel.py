@@ -7,7 +7,6 @@ so HF's one-process run is (the tiny Llama has no dropout).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +15,14 @@ import pytest
 import torch
 
 from tests.helpers.parity import assert_log_history_equal
+from tests.helpers.torchrun import launch_env
 
 SCRIPT = Path(__file__).with_name("tp_script.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return env
+    return launch_env()
 
 
 @pytest.mark.slow

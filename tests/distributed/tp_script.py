@@ -17,6 +17,7 @@ torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.helpers.models import pad_collator, padded_lm_data  # noqa: E402
+from tests.helpers.torchrun import run_then_exit  # noqa: E402
 
 
 def save_tiny_llama(folder):
@@ -73,10 +74,4 @@ def main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "save":
-        save_tiny_llama(sys.argv[2])
-        sys.exit(0)
-    kept = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_then_exit(main)  # see run_then_exit: no teardown of torch's objects
