@@ -33,6 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from hf_lightning import _compat
 from hf_lightning._utils import enum_value, unwrap_model
 from hf_lightning.args.training_args import in_kubeflow_trainjob
+from hf_lightning.checkpointing.model_state import model_state_for
 from hf_lightning.checkpointing.writer import save_model_files
 from hf_lightning.seed import enable_full_determinism, set_seed
 
@@ -214,16 +215,23 @@ def _dvclive_callback(base: type) -> type:
         __doc__ = base.__doc__
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if self._log_model is not True or not (self._initialized and state.is_world_process_zero):
+            if self._log_model is not True or not self._initialized:
+                return super().on_train_end(args, state, control, **kwargs)
+            name = "best" if args.load_best_model_at_end else "last"
+            output_dir = os.path.join(args.output_dir, name)
+            model = kwargs.get("model")
+            model_state = model_state_for(model)
+            # Every process takes part in gathering a sharded model (FSDP2, tensor parallel), as in save_model();
+            # HF's callback saves on the main process alone, which then waits forever for the others.
+            gathered = model_state.gather(model, output_dir)
+            if not state.is_world_process_zero:
                 return super().on_train_end(args, state, control, **kwargs)
             # The throwaway Trainer's __init__ reseeds, as Trainer(...) does.
             (enable_full_determinism if args.full_determinism else set_seed)(args.seed)
             # Its save_model: the model (the best one, already loaded, with load_best_model_at_end), its
             # processing class and the arguments. Its collator is the default one, so no collator's tokenizer.
-            name = "best" if args.load_best_model_at_end else "last"
-            output_dir = os.path.join(args.output_dir, name)
-            save_model_files(kwargs.get("model"), output_dir, processing_class=kwargs.get("processing_class"),
-                             args=args)
+            save_model_files(model, output_dir, processing_class=kwargs.get("processing_class"), args=args,
+                             model_state=model_state, gathered=gathered)
             self.live.log_artifact(output_dir, name=name, type="model", copy=True)
             log_model, self._log_model = self._log_model, False
             try:
