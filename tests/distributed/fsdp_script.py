@@ -1,6 +1,6 @@
 """Run by the FSDP tests under torchrun: one FSDP2 training run of transformers' Trainer or ours.
 
-usage: fsdp_script.py <lib: hf|ours> <output_dir> <result.json> [max_steps=N] [ga=N] [sdt=FULL|SHARDED] [resume]
+usage: fsdp_script.py <lib: hf|hf_fsdp|ours> <output_dir> <result.json> [max_steps=N] [ga=N] [sdt=FULL|SHARDED] [resume]
     [evaluate] [save_model=DIR]
     [fsdp=0]   (fsdp=0: no fsdp arguments, a plain run, e.g. one process resuming an FSDP checkpoint)
     [dropout=0] [bf16] [ac] [offload]   (no dropout; bf16 mixed precision; fsdp_config activation_checkpointing;
@@ -45,7 +45,11 @@ def main():
     lib_name, out, result = sys.argv[1:4]
     opts = dict(arg.split("=", 1) for arg in sys.argv[4:] if "=" in arg)
     resume = "resume" in sys.argv[4:]
-    if lib_name == "hf":
+    if lib_name == "hf_fsdp":  # transformers' real FSDP2 code on the CPU processes (see tests/helpers/hf_fsdp.py)
+        from tests.helpers.hf_fsdp import accelerate_fsdp_on_cpu
+
+        accelerate_fsdp_on_cpu()
+    if lib_name.startswith("hf"):
         import transformers as lib
     else:
         import hf_lightning as lib
@@ -73,7 +77,7 @@ def main():
     model = _model(float(opts.get("dropout", 0.1)))
     trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
                           data_collator=pad_collator)
-    if lib_name == "hf":
+    if lib_name.startswith("hf"):
         from transformers.trainer_utils import get_last_checkpoint
     else:
         get_last_checkpoint = lib.get_last_checkpoint
