@@ -5,7 +5,8 @@ Out of the box accelerate turns FSDP on only for GPU-family devices, so transfor
 run instead (``fsdp_script.py hf_fsdp``: ``tests/helpers/hf_fsdp.py`` lifts that one gate, and transformers and
 accelerate run the code they run on GPUs: ``fully_shard``, DTensor clipping, ``save_fsdp_model`` / ``load_fsdp_model``
 and the optimizer's). Its numbers, its ``checkpoint-N`` folders (FULL and SHARDED state dicts) and its resumes are
-compared with ours. HF's plain (DDP) run remains the reference where HF's FSDP run cannot be one (one process, HSDP).
+compared with ours, also for HSDP (``parallelism_config``, 4 processes). HF's plain run remains the reference where
+HF's FSDP run cannot be one (one process, ``dp_replicate_size`` alone: DDP).
 """
 
 import json
@@ -329,8 +330,9 @@ def test_fsdp2_options_train_as_without_them(tmp_path):
 
 
 def test_parallelism_config_dp_shard_runs_fsdp2_with_hf_numbers(runs):
-    # HF's Trainer refuses any ParallelismConfig on CPU processes (accelerate's MULTI_CPU); dp_shard_size=2 on GPUs
-    # is FSDP2 over both processes, which is what HF's FSDP2 run does with fsdp=True here.
+    # Out of the box HF's Trainer refuses any ParallelismConfig on CPU processes (accelerate's MULTI_CPU); with the
+    # gate lifted its dp_shard_size=2 run is FSDP2 over both processes, bit-identical to its fsdp=True run (the
+    # reference here; measured once, not launched again to save a run).
     pc, hf = runs["pc"], runs["hf"]
     assert pc["strategy"] == "HFFSDP2Strategy" and pc["model_class"].startswith("FSDP")
     assert pc["meshes"] == [[2]]  # every parameter sharded over the one dp_shard dimension of 2 processes
@@ -351,9 +353,9 @@ def test_parallelism_config_dp_replicate_runs_ddp_with_hf_numbers(runs, tmp_path
 @pytest.mark.slow
 def test_parallelism_config_hsdp_on_four_processes_matches_hf(tmp_path):
     # dp_replicate_size=2 x dp_shard_size=2: HSDP, each pair of processes shards one copy (a 2-D mesh), against
-    # HF's 4-process run with the same arguments (DDP on CPU processes, the same numbers).
-    hf, pc = _launch_all(("hf", tmp_path / "hf", tmp_path / "hf.json", 4, "batch=2"),
+    # HF's real 4-process HSDP run with the same arguments (accepted on CPU processes once the gate is lifted).
+    hf, pc = _launch_all(("hf_fsdp", tmp_path / "hf", tmp_path / "hf.json", 4, "batch=2", "pc=2,2"),
                          ("ours", tmp_path / "pc", tmp_path / "pc.json", 4, "batch=2", "pc=2,2"))
-    assert pc["strategy"] == "HFFSDP2Strategy" and pc["meshes"] == [[2, 2]]
+    assert pc["strategy"] == "HFFSDP2Strategy" and pc["meshes"] == hf["meshes"] == [[2, 2]]
     assert_log_history_equal(hf["log_history"], pc["log_history"], skip_keys=("eval_loss",))
     _assert_weights_close(_weights(pc), _weights(hf))
