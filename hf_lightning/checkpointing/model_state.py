@@ -690,9 +690,9 @@ class FSDP2ModelState(PlainModelState):
                      storage_writer=dcp.FileSystemWriter(os.path.join(folder, FSDP_SHARDED_MODEL_DIR)))
             return unwrapped, None, None
         state_dict = get_model_state_dict(unwrapped, options=_options(cpu_offload=True))
-        # As HF's FSDP run, model.safetensors gets the whole gathered dict: a tied weight (GPT-2's lm_head shares
-        # wte) is gathered as a copy of its own, so save_pretrained stores it a second time. A shallow copy, since
-        # save_pretrained empties the dict it is given.
+        # As HF's FSDP run, save_pretrained gets the whole gathered dict: it leaves out only tensors sharing memory,
+        # so a tied weight (GPT-2's lm_head shares wte) gathered as a copy of its own (on several processes) is
+        # stored a second time. A shallow copy, since save_pretrained empties the dict it is given.
         return unwrapped, dict(state_dict), state_dict
 
     def write(self, gathered: tuple[torch.nn.Module, dict | None, dict | None], folder: str) -> None:
