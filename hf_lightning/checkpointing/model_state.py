@@ -678,7 +678,7 @@ class FSDP2ModelState(PlainModelState):
         process's shard into ``folder/pytorch_model_fsdp_0`` (the folder must be the same path on every process).
 
         Returns:
-            ``(model, weights for save_pretrained (tied copies left out) or None, full state dict or None)``.
+            ``(model, weights for save_pretrained or None, full state dict or None)``.
         """
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -690,10 +690,10 @@ class FSDP2ModelState(PlainModelState):
                      storage_writer=dcp.FileSystemWriter(os.path.join(folder, FSDP_SHARDED_MODEL_DIR)))
             return unwrapped, None, None
         state_dict = get_model_state_dict(unwrapped, options=_options(cpu_offload=True))
-        # A tied weight (GPT-2's lm_head shares wte) is stored once in model.safetensors, as HF stores it.
-        unique = {name for name, _ in unwrapped.named_parameters()}
-        tied = {name for name, _ in unwrapped.named_parameters(remove_duplicate=False)} - unique
-        return unwrapped, {name: tensor for name, tensor in state_dict.items() if name not in tied}, state_dict
+        # As HF's FSDP run, save_pretrained gets the whole gathered dict: it leaves out only tensors sharing memory,
+        # so a tied weight (GPT-2's lm_head shares wte) gathered as a copy of its own (on several processes) is
+        # stored a second time. A shallow copy, since save_pretrained empties the dict it is given.
+        return unwrapped, dict(state_dict), state_dict
 
     def write(self, gathered: tuple[torch.nn.Module, dict | None, dict | None], folder: str) -> None:
         """The saving process: FULL: ``save_pretrained(folder, state_dict=...)`` (else ``model.safetensors``) and

@@ -2,9 +2,10 @@
 
 HF's Trainer under FSDP writes and reads the model and optimizer of a ``checkpoint-N`` through accelerate's
 ``save_fsdp_model`` / ``save_fsdp_optimizer`` / ``load_fsdp_model`` / ``load_fsdp_optimizer`` (transformers 5.23
-``_save_checkpoint``, ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``). On CPU processes accelerate does
-not enable FSDP, so ``fsdp_layout_script.py`` calls those functions directly on a ``fully_shard``-ed model (see its
-docstring): accelerate reads our folders, and our FSDP2 run resumes the folders accelerate writes.
+``_save_checkpoint``, ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``). ``fsdp_layout_script.py``
+calls those functions directly on a ``fully_shard``-ed model (see its docstring): accelerate reads our folders, and
+our FSDP2 run resumes the folders accelerate writes. HF's whole FSDP2 run (accelerate's GPU-only gate lifted)
+writing and resuming these folders is checked in test_fsdp.py.
 """
 
 import json

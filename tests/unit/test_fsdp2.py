@@ -175,7 +175,7 @@ def test_fsdp2_model_state_writes_and_reads_an_unsharded_runs_folder(tmp_path, o
 
     # An unsharded model and its optimizer read the folder as their own.
     plain = tiny_gpt2(seed=1)
-    PlainModelState().load(plain, str(folder))  # lm_head.weight is tied to wte, stored once as HF stores it
+    PlainModelState().load(plain, str(folder))
     for key, value in plain.state_dict().items():
         assert torch.equal(value, expected[key]), key
     plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-2)
