@@ -59,12 +59,13 @@ def runs(tmp_path_factory):
     return {"ours": ours, "one": one, "tmp": tmp, "kept": kept}
 
 
-def test_t5_under_fsdp2_evaluates_and_predicts_like_one_process(runs):
-    one = runs["one"]
-    # Generations end after different numbers of tokens (the last batch alone stops early).
-    assert len({g["length"] for g in one["generated"]["predict"]}) > 1
-    for rank, ours in enumerate(runs["ours"]):
-        assert ours["world"] == 2 and ours["model_class"].startswith("FSDP")  # really sharded by fully_shard
+def _assert_like_one_process(results, one, sharded, lengths_differ=True):
+    """Each process's results equal the one-process run's; ``sharded``: the parameters are sharded (FSDP);
+    ``lengths_differ``: the data makes generations end after different numbers of tokens (checked)."""
+    if lengths_differ:  # the last batch alone stops early
+        assert len({g["length"] for g in one["generated"]["predict"]}) > 1
+    for rank, ours in enumerate(results):
+        assert ours["world"] == 2 and ours["model_class"].startswith("FSDP") == sharded  # sharded by fully_shard
         # predict(): generated ids and labels in dataset order, and its metrics; evaluate() after training.
         assert ours["predictions"] == one["predictions"], rank
         assert ours["label_ids"] == one["label_ids"], rank
@@ -75,19 +76,37 @@ def test_t5_under_fsdp2_evaluates_and_predicts_like_one_process(runs):
         last_eval = [row for row in ours["log_history"] if "eval_loss" in row][-2]
         assert last_eval["step"] == 4 and last_eval["eval_loss"] == pytest.approx(one["evaluate"]["eval_loss"],
                                                                                    rel=1e-5)
-        # Each pass reads every row once over both processes, at most ceil(13 / 2) on each.
-        for phase, passes in (("train", 2), ("evaluate", 1), ("predict", 1)):
-            reads = [runs["ours"][r]["reads"][phase] for r in (0, 1)]
-            assert all(len(share) <= passes * math.ceil(N_EVAL / 2) for share in reads), (phase, reads)
-            assert sorted(reads[0] + reads[1]) == sorted(list(range(N_EVAL)) * passes), phase
-    # Synced generation: every generate call is told to keep every process running (synced_gpus); at some step the
-    # processes' outputs have different lengths; process 0 (two batches) runs a third generate, the step it
-    # discards while process 1 evaluates its third batch.
-    gens = [ours["generated"] for ours in runs["ours"]]
-    assert all(g["synced_gpus"] is True for rank in gens for phase in rank.values() for g in phase)
+    # Each pass reads every row once over both processes, at most ceil(13 / 2) on each.
+    for phase, passes in (("train", 2), ("evaluate", 1), ("predict", 1)):
+        reads = [results[r]["reads"][phase] for r in (0, 1)]
+        assert all(len(share) <= passes * math.ceil(N_EVAL / 2) for share in reads), (phase, reads)
+        assert sorted(reads[0] + reads[1]) == sorted(list(range(N_EVAL)) * passes), phase
+    # Synced generation when the parameters are sharded: every generate call is told to keep every process running
+    # (synced_gpus); at some step the processes' outputs have different lengths; process 0 (two batches) runs a
+    # third generate, the step it discards while process 1 evaluates its third batch. Under DDP none of that.
+    gens = [ours["generated"] for ours in results]
+    assert all(g["synced_gpus"] is sharded for rank in gens for phase in rank.values() for g in phase)
     for phase in ("evaluate", "predict"):
-        assert [len(rank[phase]) for rank in gens] == [3, 3], phase
-        assert any(a["length"] != b["length"] for a, b in zip(gens[0][phase], gens[1][phase])), phase
+        assert [len(rank[phase]) for rank in gens] == ([3, 3] if sharded else [2, 3]), phase
+        if lengths_differ:
+            assert any(a["length"] != b["length"] for a, b in zip(gens[0][phase], gens[1][phase])), phase
+
+
+def test_t5_under_fsdp2_evaluates_and_predicts_like_one_process(runs):
+    _assert_like_one_process(runs["ours"], runs["one"], sharded=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["ddp", "untied"])
+def test_t5_variants_evaluate_and_predict_like_one_process(variant, tmp_path):
+    """DDP (no synced generation, no repeated step), and FSDP2 with T5 v1.1's untied ``lm_head`` (the embeddings'
+    group is ``shared`` with the encoder/decoder ``embed_tokens``, without the output embedding; this model's
+    generations all run to the maximum length, so it checks the grouping, not the synced generation)."""
+    opt = "fsdp=0" if variant == "ddp" else "tied=0"
+    ours = _results(_launch("ours", tmp_path / "ours", tmp_path / "ours", opt, f"save_model={tmp_path / 'final'}"),
+                    tmp_path / "ours", variant)
+    one, _ = script.run("ours", str(tmp_path / "one"), {"reference": str(tmp_path / "final")})
+    _assert_like_one_process(ours, one, sharded=variant != "ddp", lengths_differ=variant == "ddp")
 
 
 def test_tied_weights_stay_tied_and_are_saved_as_hf_saves_them(runs, tmp_path):
