@@ -1,8 +1,8 @@
 """Run by test_seq2seq_fsdp.py: a tiny T5 (tied embeddings, dropout on) trained and evaluated with
 ``predict_with_generate`` by transformers' Seq2SeqTrainer or ours, under torchrun (FSDP2) or in one process.
 
-usage: seq2seq_fsdp_script.py <lib: hf|ours> <output_dir> <result prefix> [fsdp=0] [tied=0] [save_model=DIR]
-       (fsdp=0: DDP; tied=0: lm_head not tied to the embeddings)
+usage: seq2seq_fsdp_script.py <lib: hf|ours> <output_dir> <result prefix> [fsdp=0] [save_model=DIR]
+       (fsdp=0: DDP)
        seq2seq_fsdp_script.py ours <output_dir> <result prefix> reference=DIR   (one process, no training: the
        weights saved in DIR by a 2-process run, evaluated and predicted; the test runs it in its own process)
 
@@ -72,14 +72,12 @@ def collate(features):
     }
 
 
-def tiny_t5(tied=True):
+def tiny_t5():
     from transformers import T5Config, T5ForConditionalGeneration, set_seed
 
     set_seed(42)
-    # tied=False: T5 v1.1's layout, lm_head of its own (the encoder/decoder embed_tokens still share `shared`).
     config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
-                      num_heads=4, dropout_rate=0.1, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD,
-                      tie_word_embeddings=tied)
+                      num_heads=4, dropout_rate=0.1, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD)
     model = T5ForConditionalGeneration(config)
     model.generation_config.eos_token_id = STOP_TOKENS
     return model
@@ -148,7 +146,7 @@ def run(lib_name, out, opts, world=1):
 
         model = T5ForConditionalGeneration.from_pretrained(opts["reference"])
     else:
-        model = tiny_t5(tied=opts.get("tied", "1") == "1")
+        model = tiny_t5()
     if lib_name == "hf" and fsdp:
         # accelerate 1.x cannot shard transformers 5.x's T5 as it is: encoder/decoder.embed_tokens are modules of
         # their own holding the tied `shared.weight`, left to the root group while `shared` goes to the tail group,
