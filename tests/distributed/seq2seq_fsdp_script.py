@@ -6,10 +6,11 @@ usage: seq2seq_fsdp_script.py <lib: hf|ours> <output_dir> <result prefix> [fsdp=
        seq2seq_fsdp_script.py ours <output_dir> <result prefix> reference=DIR   (one process, no training: the
        weights saved in DIR by a 2-process run, evaluated and predicted; the test runs it in its own process)
 
-Phases: ``train()`` (4 steps, GA 2, generate-based evaluation at steps 2 and 4), ``evaluate()``, ``predict()`` on the
-eval set. Every process writes ``<result prefix>.<rank>.json``: ``log_history``, the full final weights,
-``evaluate()``'s metrics, ``predict()``'s outputs and metrics, the eval rows this process read per phase, and the
-shape of every ``generate`` output it produced per phase (with the ``synced_gpus`` it was called with).
+Phases: ``train()`` (4 steps, GA 2, generate-based evaluation at steps 2 and 4, ``checkpoint-4``), ``evaluate()``,
+``predict()`` on the eval set. Every process writes ``<result prefix>.<rank>.json``: ``log_history``, the full
+final weights, ``evaluate()``'s metrics, ``predict()``'s outputs and metrics, the eval rows this process read per
+phase, and the shape of every ``generate`` output it produced per phase (with the ``synced_gpus`` it was called
+with).
 
 The data makes the processes' generations end at different steps: the model's generation config stops at any of
 several end tokens (``eos_token_id`` is a list), so rows stop after different numbers of tokens, and a batch ends
@@ -137,7 +138,7 @@ def run(lib_name, out, opts, world=1):
     args = lib.Seq2SeqTrainingArguments(
         output_dir=out, per_device_train_batch_size=4 if world > 1 else 8, per_device_eval_batch_size=4,
         gradient_accumulation_steps=2, max_steps=4, logging_steps=1, eval_strategy="steps", eval_steps=2,
-        save_strategy="no", learning_rate=3e-3, max_grad_norm=0.5, report_to="none", use_cpu=True,
+        save_strategy="steps", save_steps=4, learning_rate=3e-3, max_grad_norm=0.5, report_to="none", use_cpu=True,
         disable_tqdm=True, seed=42, predict_with_generate=True, generation_max_length=MAX_LENGTH, **fsdp,
     )
     if "reference" in opts:

@@ -120,6 +120,14 @@ def test_tied_weights_stay_tied_and_are_saved_as_hf_saves_them(runs, tmp_path):
     for key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
         if key in weights:
             assert torch.equal(weights[key], weights["shared.weight"]), key
+    # checkpoint-4 (FULL_STATE_DICT) holds the same model.safetensors, and the full state dict with the tied copies.
+    checkpoint = runs["tmp"] / "ours" / "checkpoint-4"
+    in_checkpoint = safetensors.torch.load_file(checkpoint / "model.safetensors")
+    assert sorted(in_checkpoint) == sorted(saved)
+    assert all(torch.equal(in_checkpoint[k], saved[k]) for k in saved)
+    full = torch.load(checkpoint / "pytorch_model_fsdp.bin", weights_only=True)
+    tied_keys = [k for k in full if "embed_tokens" in k or k == "lm_head.weight"]
+    assert all(torch.equal(full[k], full["shared.weight"]) for k in tied_keys)
     model = T5ForConditionalGeneration.from_pretrained(final)
     assert model.lm_head.weight is model.shared.weight is model.encoder.embed_tokens.weight
     assert model.decoder.embed_tokens.weight is model.shared.weight
@@ -140,6 +148,10 @@ def test_t5_fsdp2_training_matches_hf_fsdp2(runs):
     eval_keys = tuple(k for row in hf[0]["log_history"] for k in row if k.startswith("eval_"))
     assert_log_history_equal(hf[0]["log_history"], ours["log_history"], skip_keys=eval_keys)
     assert hf[0]["predict_metrics"]["test_rows"] == 16 and ours["predict_metrics"]["test_rows"] == N_EVAL
+    # The checkpoint folders hold the same files (HF's real FSDP2 layout; ours adds its training_args.json).
+    hf_files = sorted(p.name for p in (tmp / "hf" / "checkpoint-4").iterdir())
+    assert sorted(p.name for p in (tmp / "ours" / "checkpoint-4").iterdir() if p.name != "training_args.json") \
+        == hf_files
     hf_weights = {k: torch.tensor(v) for k, v in hf[0]["weights"].items()}
     weights = {k: torch.tensor(v) for k, v in ours["weights"].items()}
     assert sorted(weights) == sorted(hf_weights)
