@@ -11,7 +11,8 @@ padded to the largest for the collective and trimmed back after it; the accumula
 ``-100`` as one process would. Processes can run different numbers of batches (their shares differ by up to one
 example): a process past its last batch joins the remaining exchanges with nothing, so every collective is
 matched. Under a strategy whose forward is itself a collective (FSDP gathers the parameters), that process also
-runs a forward it discards before each of those exchanges. Pure torch: the collective is passed in (a tensor in, every process's tensor stacked out;
+runs an evaluation step it discards before each of those exchanges (the caller's ``before_empty_step``).
+Pure torch: the collective is passed in (a tensor in, every process's tensor stacked out;
 :func:`all_gather_world` over the default process group, which every data-parallel strategy sets up).
 """
 

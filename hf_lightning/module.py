@@ -736,7 +736,8 @@ class HFLightningModule(pl.LightningModule):
         self._emit("on_prediction_step")
         loss_repeats = self.args.eval_batch_size if request.full_batch_loss_weight else None
         acc.add(loss, logits, labels, batch_size, inputs_for_metrics=inputs_for_metrics, raw_inputs=batch,
-                is_last=is_last, loss_repeats=loss_repeats, before_empty_step=self._lockstep_forward(batch))
+                is_last=is_last, loss_repeats=loss_repeats,
+                before_empty_step=self._lockstep_forward(batch, prediction_loss_only, request.ignore_keys))
         if is_last:
             self._finish_eval_dataloader(dataloader_idx)
 
@@ -765,10 +766,13 @@ class HFLightningModule(pl.LightningModule):
                              int(counts[dataloader_idx]), device=trainer.strategy.root_device)
         return gather, [shard.batch_ids(rank) for rank in range(shard.num_processes)]
 
-    def _lockstep_forward(self, batch: Mapping) -> Callable[[], None] | None:
+    def _lockstep_forward(self, batch: Mapping, prediction_loss_only: bool,
+                          ignore_keys: list[str] | None) -> Callable[[], None] | None:
         """What a process with no eval batch left runs while the others evaluate one: nothing under DDP (its
-        forward needs no other process), a forward it discards under a strategy that shards the parameters (FSDP,
-        DeepSpeed ZeRO-3: each forward gathers them from every process)."""
+        forward needs no other process), under a strategy that shards the parameters (FSDP, DeepSpeed ZeRO-3:
+        each forward gathers them from every process) the evaluation step again on its last batch, its result
+        discarded: the same forwards as the others' step, including a ``generate`` (``predict_with_generate``),
+        whose ``synced_gpus`` loop runs until every process's generation has ended."""
         strategy = self.trainer.strategy
         if self.trainer.world_size < 2 or (isinstance(strategy, DDPStrategy)
                                            and not isinstance(strategy, DeepSpeedStrategy)):
@@ -776,7 +780,7 @@ class HFLightningModule(pl.LightningModule):
 
         def forward() -> None:
             with torch.no_grad():
-                self.model(**self.hooks._prepare_inputs(dict(batch)))
+                self.hooks.prediction_step(self.model, dict(batch), prediction_loss_only, ignore_keys=ignore_keys)
 
         return forward
 

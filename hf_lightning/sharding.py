@@ -9,8 +9,9 @@ Lightning's ``ModelParallelStrategy`` runs FSDP2 too, but leaves the sharding to
   (:func:`fsdp2_plan`);
 - :func:`shard_model`, which applies it the way accelerate's FSDP2 preparation does: activation checkpointing on
   the matched layers first, then ``fully_shard`` on every matched module bottom-up, then one group for the final
-  norm and the output embedding (with the input embedding when tied, kept gathered after the forward), then the
-  root;
+  norm and the output embedding (with the input embedding when tied, kept gathered after the forward; other
+  modules holding the input embedding's weight join its group), then the root, whose ``generate`` is registered as
+  an FSDP forward method;
 - :class:`HFFSDP2Strategy`, a ``ModelParallelStrategy`` with one data-parallel dimension over every process that
   carries the plan, and whose ``block_backward_sync`` is FSDP2's (``set_requires_gradient_sync(False)``: the
   gradients of a window's earlier micro-batches stay unsharded and local, reduce-scattered once in the last
@@ -195,14 +196,16 @@ def shard_model(model: nn.Module, plan: FSDP2Plan, mesh: Any = None) -> nn.Modul
     embed_out = getattr(model, "get_output_embeddings", lambda: None)()
     tied = getattr(embed_in, "weight", None) is not None and getattr(embed_in, "weight", None) is getattr(
         embed_out, "weight", None)
+    # Other modules holding the input embedding's weight (T5's encoder/decoder `embed_tokens`, tied to `shared`)
+    # join its group: left to the root, they would put the parameter in two groups, which torch refuses.
+    sharers = _weight_sharers(model, embed_in)
+    tied_set = [embed_in, *sharers, embed_out] if tied else [embed_in, *sharers] if sharers else []
 
     def splits_tied_weight(module: nn.Module) -> bool:
         # A group holding one of two tied embeddings but not the other would own a parameter it shares, which
-        # torch refuses (a size-based wrap can pick such a module); the pair gets its own group below.
-        if not tied:
-            return False
+        # torch refuses (a size-based wrap can pick such a module); the set gets its own group below.
         inside = {id(m) for m in module.modules()}
-        return (id(embed_in) in inside) != (id(embed_out) in inside)
+        return len({id(m) in inside for m in tied_set}) > 1
 
     if match is not None:
         for _, module in _bottom_up(model)[:-1]:
@@ -211,14 +214,30 @@ def shard_model(model: nn.Module, plan: FSDP2Plan, mesh: Any = None) -> nn.Modul
     # Modules inside a group already (a size-based wrap can take a whole sub-model) are left to that group.
     grouped = {id(m) for group in model.modules() if isinstance(group, FSDPModule) for m in group.modules()}
     if not tied and isinstance(embed_in, nn.Module) and id(embed_in) not in grouped:
-        fully_shard(embed_in, **kwargs)
-    tail = (_final_norm(model), embed_in, embed_out) if tied else (_final_norm(model), embed_out)
+        fully_shard([embed_in, *sharers] if sharers else embed_in, **kwargs)
+    tail = (_final_norm(model), embed_in, *sharers, embed_out) if tied else (_final_norm(model), embed_out)
     tail = [m for m in tail if isinstance(m, nn.Module) and id(m) not in grouped]
     if tail:
         fully_shard(tail, **{**kwargs, "reshard_after_forward": False})
     # The root's own leftovers: torch's default (kept gathered after the forward) for the root.
     fully_shard(model, **{k: v for k, v in kwargs.items() if k != "reshard_after_forward"})
+    if callable(getattr(model, "generate", None)):
+        # generate calls sub-modules (T5's encoder) outside the root's forward: it runs the root's hooks too, as in
+        # HF's Trainer, so the root's parameters are gathered around it.
+        from torch.distributed.fsdp import register_fsdp_forward_method
+
+        register_fsdp_forward_method(model, "generate")
     return model
+
+
+def _weight_sharers(model: nn.Module, embedding: Any) -> list[nn.Module]:
+    """The modules other than ``embedding`` (and the output embedding) whose own ``weight`` is ``embedding``'s."""
+    weight = getattr(embedding, "weight", None)
+    if not isinstance(weight, nn.Parameter):
+        return []
+    out = getattr(model, "get_output_embeddings", lambda: None)()
+    return [m for m in model.modules() if m is not embedding and m is not out
+            and any(p is weight for p in m.parameters(recurse=False))]
 
 
 def _final_norm(model: nn.Module) -> nn.Module | None:

@@ -220,3 +220,39 @@ def test_block_backward_sync_keeps_gradients_local_until_the_windows_last_backwa
     # The earlier micro-batch's gradients are kept unsharded and local; the last backward reduces them.
     model(**batch).loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def _tiny_t5(tied=True):
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=40, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1,
+                                   num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    model = transformers.T5ForConditionalGeneration(config)
+    if not tied:
+        # transformers 5.23 always ties T5's lm_head; untied by hand, the embeddings' group has no output embedding.
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    return model
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_t5_embeddings_share_one_group_where_accelerate_fails(tmp_path, one_process_group, tied):
+    hf_args, args = _both(tmp_path, True, {"transformer_layer_cls_to_wrap": ["T5Block"]})
+    plugin = FullyShardedDataParallelPlugin(**hf_args.fsdp_plugin_args)
+    fake = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no",
+                                 is_main_process=True, torch_device_mesh=None, device=torch.device("cpu"))
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "labels": torch.tensor([[8, 9, 1]])}
+    theirs = fsdp2_prepare_model(fake, _tiny_t5(tied))
+    # accelerate leaves encoder/decoder.embed_tokens (holding `shared.weight`) to the root: torch refuses it.
+    with pytest.raises(ValueError, match="shared with a parameter already managed by another FSDP group"):
+        theirs(**batch)
+    plain = _tiny_t5(tied)
+    expected_loss = plain(**batch).loss
+    expected_ids = plain.generate(input_ids=batch["input_ids"], max_length=6, do_sample=False)
+    ours = shard_model(_tiny_t5(tied), fsdp2_plan(args))
+    embeddings = ["shared", "encoder.embed_tokens", "decoder.embed_tokens"] + (["lm_head"] if tied else [])
+    states = {id(ours.get_submodule(name)._get_fsdp_state()) for name in embeddings}
+    assert len(states) == 1  # one group for the modules holding the embedding's weight
+    assert (id(ours.lm_head._get_fsdp_state()) in states) == tied  # an untied lm_head: the tail group
+    assert ours.encoder.embed_tokens.weight is ours.shared.weight  # still tied, now one sharded parameter
+    torch.testing.assert_close(ours(**batch).loss, expected_loss)
+    # generate runs the encoder outside the root's forward: registered as a forward method, it gathers the root.
+    assert torch.equal(ours.generate(input_ids=batch["input_ids"], max_length=6, do_sample=False), expected_ids)
