@@ -23,7 +23,9 @@ def test_quick_run_times_hf_fsdp2_hf_ddp_hf_lightning_and_a_plain_fsdp2_loop(tmp
     tiny = data["workloads"]["tiny"]
     assert set(tiny["seconds_per_step"]) == {"hf_fsdp2", "hf", "hf_lightning", "fsdp2_loop"}
     assert all(v > 0 for v in tiny["seconds_per_step"].values())
+    # One repeat: the paired ratio is the ratio of the two runs.
     assert tiny["ratio"] == pytest.approx(tiny["seconds_per_step"]["hf_lightning"] / tiny["seconds_per_step"]["hf_fsdp2"])
+    assert tiny["paired_ratios"] == [tiny["ratio"]]
     # Out of the box HF's "FSDP2" on CPU processes is DDP; with accelerate's gate lifted it is fully_shard, as ours.
     assert tiny["model_class"]["hf"] == "DistributedDataParallel"
     assert tiny["model_class"]["hf_fsdp2"].startswith("FSDP")
