@@ -20,6 +20,8 @@ def test_quick_run_times_one_and_two_processes(tmp_path):
     data = json.loads(out.read_text())
     assert data["quick"] is True and data["rows"] == 13
     assert set(data["seconds"]) == {"1_process", "2_process"} and all(v > 0 for v in data["seconds"].values())
+    # One repeat: the paired ratio is the ratio of the two runs.
     assert data["ratio_2_over_1"] == pytest.approx(data["seconds"]["2_process"] / data["seconds"]["1_process"])
+    assert data["paired_ratios"] == [data["ratio_2_over_1"]]
     assert data["eval_loss"]["2_process"] == pytest.approx(data["eval_loss"]["1_process"], rel=1e-5)
     assert "ratio" in proc.stdout
