@@ -11,29 +11,14 @@ FSDP2 (``fsdp_config`` version 2), so each forward gathers the parameters from b
 import os
 import pickle
 import sys
-from collections import defaultdict
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from tests.helpers.models import DictDataset, lm_data, pad_collator, padded_lm_data, tiny_gpt2  # noqa: E402
+from tests.helpers.models import READS, DictDataset, RecordingDataset, lm_data, pad_collator, padded_lm_data, tiny_gpt2  # noqa: E402
 from tests.helpers.torchrun import run_then_exit  # noqa: E402
-
-READS: dict[str, list[int]] = defaultdict(list)
-
-
-class RecordingDataset(DictDataset):
-    """Remembers which examples this process read, per phase (``READS[name]`` is reset by the script)."""
-
-    def __init__(self, rows, name):
-        super().__init__(rows)
-        self.name = name
-
-    def __getitem__(self, i):
-        READS[self.name].append(int(i))
-        return super().__getitem__(i)
 
 
 def numpy_tree(value):

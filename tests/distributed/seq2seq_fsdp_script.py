@@ -23,14 +23,13 @@ recombines a split batch's loss as the sample-weighted mean of its parts); the s
 import json
 import os
 import sys
-from collections import defaultdict
 
 import torch
 
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from tests.helpers.models import DictDataset  # noqa: E402
+from tests.helpers.models import READS, DictDataset, RecordingDataset  # noqa: E402
 from tests.helpers.torchrun import run_then_exit  # noqa: E402
 
 VOCAB = 48
@@ -38,18 +37,7 @@ PAD, EOS = 0, 1
 # Generation stops at any of these: an untrained model emits one after a few steps, a different number per row.
 STOP_TOKENS = list(range(1, 13))
 MAX_LENGTH = 10
-READS: dict[str, list[int]] = defaultdict(list)
 GENERATED: list[dict] = []
-
-
-class RecordingDataset(DictDataset):
-    def __init__(self, rows, name):
-        super().__init__(rows)
-        self.name = name
-
-    def __getitem__(self, i):
-        READS[self.name].append(int(i))
-        return super().__getitem__(i)
 
 
 def rows(n, seed):

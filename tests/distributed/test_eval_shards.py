@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.distributed import eval_shard_script
-from tests.helpers.torchrun import launch_env
+from tests.helpers.torchrun import launch_env, wait_or_fail
 
 SCRIPT = Path(eval_shard_script.__file__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,14 +42,7 @@ def runs(tmp_path_factory):
     one, _ = eval_shard_script.run(str(tmp / "one"))
     two = {}
     for strategy, proc in procs.items():
-        try:
-            # A process waiting in a collective the other never joins hangs: fail instead of waiting forever.
-            _, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, stderr = proc.communicate()
-            pytest.fail(f"the 2-process {strategy} run hung:\n{stderr[-4000:]}")
-        assert proc.returncode == 0, f"{strategy}:\n{stderr[-4000:]}"
+        wait_or_fail(proc, strategy)
         two[strategy] = []
         for rank in (0, 1):
             data = pickle.loads((tmp / f"{strategy}.{rank}.pkl").read_bytes())

@@ -20,7 +20,7 @@ import torch
 
 from tests.distributed import seq2seq_fsdp_script as script
 from tests.helpers.parity import assert_log_history_equal
-from tests.helpers.torchrun import ROOT, launch_env, python_command
+from tests.helpers.torchrun import ROOT, launch_env, python_command, wait_or_fail
 
 SCRIPT = Path(script.__file__)
 N_EVAL = 13
@@ -35,14 +35,7 @@ def _launch(lib, out, prefix, *opts):
 
 
 def _results(proc, prefix, name):
-    try:
-        # A process waiting in a collective the other never joins hangs: fail instead of waiting forever.
-        _, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"the 2-process {name} run hung:\n{err[-4000:]}")
-    assert proc.returncode == 0, f"{name}:\n{err[-4000:]}"
+    wait_or_fail(proc, name)
     return [json.loads(Path(f"{prefix}.{rank}.json").read_text()) for rank in (0, 1)]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import torch
 from torch import nn
 
@@ -17,6 +19,22 @@ class DictDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return self.rows[i]
+
+
+# What each RecordingDataset of this process read, by its name (a script clears it between phases).
+READS: dict[str, list[int]] = defaultdict(list)
+
+
+class RecordingDataset(DictDataset):
+    """A :class:`DictDataset` that appends every index it is asked for to ``READS[name]``."""
+
+    def __init__(self, rows: list[dict], name: str):
+        super().__init__(rows)
+        self.name = name
+
+    def __getitem__(self, i: int) -> dict:
+        READS[self.name].append(int(i))
+        return super().__getitem__(i)
 
 
 def lm_data(n_train: int = 64, n_eval: int = 16, seq_len: int = 16, vocab: int = 100, seed: int = 0):

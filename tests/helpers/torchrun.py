@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,23 @@ def python_command(nproc: int, *torchrun_options: str) -> list[str]:
         return [sys.executable]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             *torchrun_options]
+
+
+def wait_or_fail(proc: subprocess.Popen, name: str, timeout: float = 300) -> None:
+    """Wait for a launched run (started with ``stderr=PIPE``, text mode) and fail the test if it failed or hung.
+
+    A process waiting in a collective the other never joins hangs; after ``timeout`` seconds the run is killed and
+    the test fails with the end of its error output instead of waiting forever.
+    """
+    import pytest
+
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the 2-process {name} run hung:\n{err[-4000:]}")
+    assert proc.returncode == 0, f"{name}:\n{err[-4000:]}"
 
 
 def run_then_exit(main: Callable[[], object]) -> NoReturn:
