@@ -69,15 +69,12 @@ def worker(out: str, workload_name: str, rows: int, evals: int) -> None:
 
 
 def launch(nproc: int, workload: str, rows: int, evals: int, out: str) -> dict:
-    cmd = [sys.executable]
-    if nproc > 1:
-        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    cmd += [os.path.abspath(__file__), "--worker", out, "--workload", workload, "--rows", str(rows),
-            "--evals", str(evals)]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    sys.path.insert(0, ROOT)
+    from tests.helpers.torchrun import launch_env, python_command
+
+    cmd = python_command(nproc) + [os.path.abspath(__file__), "--worker", out, "--workload", workload,
+                                   "--rows", str(rows), "--evals", str(evals)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=launch_env(), cwd=ROOT, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{nproc}-process run failed:\n{proc.stderr[-4000:]}")
     with open(out) as f:

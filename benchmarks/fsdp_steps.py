@@ -141,13 +141,13 @@ def fsdp2_loop(workload, train, stamps: list[tuple[float, float]]) -> float:
 
 
 def launch(contender: str, workload: str, quick: bool, out: str) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
-           os.path.abspath(__file__), "--worker", out, "--contender", contender, "--workload", workload]
+    sys.path.insert(0, ROOT)
+    from tests.helpers.torchrun import launch_env, python_command
+
+    cmd = python_command(WORLD) + [os.path.abspath(__file__), "--worker", out, "--contender", contender,
+                                   "--workload", workload]
     cmd += ["--quick"] if quick else []
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=launch_env(), cwd=ROOT, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{contender} run failed:\n{proc.stderr[-4000:]}")
     with open(out) as f:

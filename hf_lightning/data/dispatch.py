@@ -15,6 +15,7 @@ No Lightning: the collective is passed in (``obj -> process 0's obj``; :func:`br
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -105,12 +106,7 @@ class DispatchedLoader:
     def _fetch(self, iterator: Iterator) -> tuple[Any, bool] | None:
         """Process 0: the next round joined, and whether the data ended in it (``None``: nothing left)."""
         wanted = 1 if (self.whole or self.split_batches) else self.world
-        batches = []
-        for _ in range(wanted):
-            try:
-                batches.append(next(iterator))
-            except StopIteration:
-                break
+        batches = list(itertools.islice(iterator, wanted))
         ended = len(batches) < wanted
         if not batches or (ended and self.drop_last):
             return None

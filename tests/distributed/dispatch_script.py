@@ -16,40 +16,10 @@ import sys
 
 import torch
 
+from tests.helpers.models import NoisyStream, gpt2_dropout, noisy_collator
 from tests.helpers.torchrun import run_then_exit
 
 torch.set_num_threads(1)
-
-
-# The stream, collator and model of tests/parity/test_rng_order_parity.py, repeated here: importing that module
-# (and the parity helpers it imports) would cost every process several seconds.
-class NoisyStream(torch.utils.data.IterableDataset):
-    """A length-less dataset whose rows draw from the global RNG as they are produced (a streaming transform)."""
-
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(1)
-        self.ids = torch.randint(0, 100, (n, 12), generator=g)
-
-    def __iter__(self):
-        for row in self.ids:
-            row = row.clone()
-            row[0] = int(torch.randint(0, 100, ()))
-            yield {"input_ids": row, "labels": row.clone()}
-
-
-def noisy_collator(features: list[dict]) -> dict:
-    """A collator that draws: about a third of the label positions are ignored, chosen by ``torch.rand``."""
-    ids = torch.stack([f["input_ids"] for f in features])
-    labels = torch.stack([f["labels"] for f in features])
-    labels[torch.rand(labels.shape) < 0.3] = -100
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-
-
-def gpt2_dropout():
-    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
-
-    set_seed(42)
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
 
 
 def accuracy(pred):

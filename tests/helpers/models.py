@@ -79,6 +79,36 @@ def tiny_gpt2(vocab: int = 100, n_positions: int = 16, seed: int = 42):
     return GPT2LMHeadModel(config)
 
 
+def gpt2_dropout():
+    """The tiny GPT-2 with GPT2Config's own dropout (0.1 everywhere), seeded with 42."""
+    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
+
+    set_seed(42)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
+
+
+class NoisyStream(torch.utils.data.IterableDataset):
+    """A length-less dataset whose rows draw from the global RNG as they are produced (a streaming transform)."""
+
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, 100, (n, 12), generator=g)
+
+    def __iter__(self):
+        for row in self.ids:
+            row = row.clone()
+            row[0] = int(torch.randint(0, 100, ()))
+            yield {"input_ids": row, "labels": row.clone()}
+
+
+def noisy_collator(features: list[dict]) -> dict:
+    """A collator that draws: about a third of the label positions are ignored, chosen by ``torch.rand``."""
+    ids = torch.stack([f["input_ids"] for f in features])
+    labels = torch.stack([f["labels"] for f in features])
+    labels[torch.rand(labels.shape) < 0.3] = -100
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
 def tiny_llama(vocab: int = 96, seed: int = 42):
     from transformers import LlamaConfig, LlamaForCausalLM, set_seed
 

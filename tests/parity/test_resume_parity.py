@@ -6,25 +6,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.models import lm_data, tiny_gpt2
+from tests.helpers.models import gpt2_dropout, lm_data, tiny_gpt2
 from tests.helpers.parity import assert_log_history_equal, assert_weights_close
 
 ARGS = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=2, logging_steps=2,
             save_steps=4, learning_rate=3e-3, report_to="none", use_cpu=True, disable_tqdm=True, seed=42)
 
 
-def _gpt2_dropout():
-    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
-
-    set_seed(42)
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
-
-
 # train_loss and the speed metrics cover only the steps of one train() call (HF 5.x), so a resumed run's final
 # entry differs from an uninterrupted run's by design; everything else must match.
 RUN_SCOPED = ("train_loss",)
 
-MODELS = {"no_dropout": lambda: tiny_gpt2(), "dropout": _gpt2_dropout}
+MODELS = {"no_dropout": lambda: tiny_gpt2(), "dropout": gpt2_dropout}
 
 
 def _train(lib_name, make_model, output_dir, resume=None, **extra):

@@ -14,6 +14,7 @@ import shutil
 import pytest
 import torch
 
+from tests.helpers.models import NoisyStream, gpt2_dropout, noisy_collator
 from tests.helpers.parity import run, run_pair
 from tests.parity.test_data_parity import SPECIALS, WORDS, tokenized_rows, word_tokenizer
 
@@ -92,26 +93,11 @@ def test_masked_lm_with_dropout_and_evaluation(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- (b) transform + collator
-def gpt2_dropout():
-    from transformers import GPT2Config, GPT2LMHeadModel, set_seed
-
-    set_seed(42)
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
-
-
 def _noisy_tokens(batch: dict) -> dict:
     """A ``datasets`` transform that draws: one token of each row replaced by a random one."""
     ids = torch.tensor(batch["input_ids"])
     ids[:, 0] = torch.randint(0, 100, (ids.shape[0],))
     return {"input_ids": ids, "labels": ids.clone()}
-
-
-def noisy_collator(features: list[dict]) -> dict:
-    """A collator that draws: about a third of the label positions are ignored, chosen by ``torch.rand``."""
-    ids = torch.stack([f["input_ids"] for f in features])
-    labels = torch.stack([f["labels"] for f in features])
-    labels[torch.rand(labels.shape) < 0.3] = -100
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
 def transformed_dataset(n: int = 20):
@@ -159,20 +145,6 @@ def test_resume_with_random_transform_and_collator(tmp_path, ga, step):
 
 
 # ---------------------------------------------------------------------------------------------- iterable datasets
-class _NoisyStream(torch.utils.data.IterableDataset):
-    """A length-less dataset whose rows draw from the global RNG as they are produced (a streaming transform)."""
-
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(1)
-        self.ids = torch.randint(0, 100, (n, 12), generator=g)
-
-    def __iter__(self):
-        for row in self.ids:
-            row = row.clone()
-            row[0] = int(torch.randint(0, 100, ()))
-            yield {"input_ids": row, "labels": row.clone()}
-
-
 @pytest.mark.parametrize(("n", "ga"), [(16, 2), (18, 3)])
 def test_iterable_dataset_with_random_rows_and_collator(tmp_path, n, ga):
     """A streaming dataset and a collator that both draw, dropout on, several passes over the data. Lightning
@@ -180,7 +152,7 @@ def test_iterable_dataset_with_random_rows_and_collator(tmp_path, n, ga):
     window k's dropout. 16 rows, GA 2: 4 micro-batches, the data ends exactly at a window boundary; 18 rows,
     GA 3: 5 micro-batches, the short last window is carried into the next pass (HF's quirk)."""
     args = dict(BASE, gradient_accumulation_steps=ga, max_steps=5, save_steps=2)
-    hf, ours = run_pair(gpt2_dropout, tmp_path, train_dataset=_NoisyStream(n), args=args,
+    hf, ours = run_pair(gpt2_dropout, tmp_path, train_dataset=NoisyStream(n), args=args,
                         trainer_kwargs=dict(data_collator=noisy_collator))
     assert hf.train_output.global_step == 5
     assert_bit_identical(hf, ours)
@@ -190,14 +162,14 @@ def test_resume_iterable_dataset_with_random_rows_and_collator(tmp_path):
     """Both libraries resume from the same HF checkpoint taken mid-pass over a streaming dataset: the trained
     micro-batches are read again and dropped (they draw), then the checkpoint's RNG is restored."""
     args = dict(BASE, gradient_accumulation_steps=2, max_steps=5, save_steps=3)
-    source = run("hf", gpt2_dropout, tmp_path / "source", train_dataset=_NoisyStream(16), args=args,
+    source = run("hf", gpt2_dropout, tmp_path / "source", train_dataset=NoisyStream(16), args=args,
                  trainer_kwargs=dict(data_collator=noisy_collator))
     results = []
     for kind in ("hf", "ours"):
         out = tmp_path / f"{kind}_resumed"
         out.mkdir()
         shutil.copytree(f"{source.output_dir}/checkpoint-3", out / kind / "checkpoint-3")
-        results.append(run(kind, gpt2_dropout, out, train_dataset=_NoisyStream(16), args=args,
+        results.append(run(kind, gpt2_dropout, out, train_dataset=NoisyStream(16), args=args,
                            trainer_kwargs=dict(data_collator=noisy_collator), resume=True))
     hf, ours = results
     assert hf.train_output.global_step == 5
